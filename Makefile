@@ -1,0 +1,31 @@
+# The two commands a new user runs: `make demo` and `make test`.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# torch is pinned to the CPU build this project is tested with; GPU hosts install their own.
+TORCH ?= torch==2.13.0
+
+.PHONY: demo test lint install clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e ".[service,agent,dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/tps demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check tps agents models services migrations tests benchmarks
+	$(BIN)/lint-imports
+
+test: lint
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) .pytest_cache

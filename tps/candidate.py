@@ -1,0 +1,40 @@
+"""Candidates: a backend plus its parameters, with an id that means the same on every host."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ParamValue = int | float | str | bool | None
+
+
+class Candidate(BaseModel):
+    """One way to run a problem: a backend and its tuning parameters."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backend: str = Field(min_length=1, max_length=64)
+    params: dict[str, ParamValue] = Field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return candidate_id(self.backend, self.params)
+
+    def label(self) -> str:
+        """Return a short human-readable form."""
+        if not self.params:
+            return self.backend
+        inner = ",".join(f"{k}={v}" for k, v in sorted(self.params.items()))
+        return f"{self.backend}({inner})"
+
+
+def candidate_id(backend: str, params: dict[str, Any]) -> str:
+    """Hash backend and params into a 16-hex-digit id, independent of any heuristic rank."""
+    payload = json.dumps({"backend": backend, "params": params}, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+VENDOR_DEFAULT = Candidate(backend="vendor-default")

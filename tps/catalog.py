@@ -1,0 +1,1 @@
+"""Public datasheet figures for hardware known only by name."""

@@ -1,0 +1,223 @@
+"""Problem keys: what a kernel computes, independent of how."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Dtype = Literal["bf16", "fp16", "fp32", "tf32", "fp8_e4m3", "fp8_e5m2", "fp64", "int8"]
+
+DTYPE_BYTES: dict[str, int] = {
+    "bf16": 2,
+    "fp16": 2,
+    "fp32": 4,
+    "tf32": 4,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "fp64": 8,
+    "int8": 1,
+}
+
+# Names PyTorch TunableOp gives the dtypes in its op signatures.
+TUNABLEOP_DTYPE: dict[str, str] = {
+    "bf16": "BFloat16",
+    "fp16": "Half",
+    "fp32": "float",
+    "tf32": "float",
+    "fp64": "double",
+    "fp8_e4m3": "Float8_e4m3fn",
+    "fp8_e5m2": "Float8_e5m2",
+}
+
+
+class OpSpec(BaseModel):
+    """The dims an op needs; a problem whose dims differ is rejected."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    required_dims: tuple[str, ...]
+    optional_dims: tuple[str, ...] = ()
+    # Ops imported from tuning tools name their own dims; any positive ints are accepted.
+    free_dims: bool = False
+
+
+OPS: dict[str, OpSpec] = {
+    spec.name: spec
+    for spec in (
+        OpSpec(name="gemm", required_dims=("m", "n", "k"), optional_dims=("batch",)),
+        OpSpec(
+            name="conv2d",
+            required_dims=("n", "c", "h", "w", "k", "r", "s"),
+            optional_dims=("stride", "pad", "dilation", "groups"),
+        ),
+        OpSpec(name="layernorm", required_dims=("rows", "cols")),
+        OpSpec(name="add", required_dims=("numel",)),
+        OpSpec(name="convolution", required_dims=(), free_dims=True),
+        OpSpec(name="dedispersion", required_dims=(), free_dims=True),
+    )
+}
+
+
+def register_op(spec: OpSpec) -> None:
+    """Make an op known to problem validation."""
+    OPS[spec.name] = spec
+
+
+class ProblemKey(BaseModel):
+    """One problem: op, dtype, dims and layout.
+
+    GEMM follows torch's row-major view: C[M, N] = op(A)[M, K] @ op(B)[K, N], with
+    `trans_b=True` meaning B is stored [N, K] as in `nn.Linear`. Leading dimensions
+    default to the packed layout.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    op: str = Field(min_length=1, max_length=64)
+    dtype: Dtype = "fp32"
+    dims: dict[str, int]
+    trans_a: bool = False
+    trans_b: bool = False
+    lda: int | None = Field(default=None, gt=0)
+    ldb: int | None = Field(default=None, gt=0)
+    ldc: int | None = Field(default=None, gt=0)
+    stride_a: int | None = Field(default=None, ge=0)
+    stride_b: int | None = Field(default=None, ge=0)
+    stride_c: int | None = Field(default=None, ge=0)
+    # Extra descriptors of imported kernels (e.g. the Kernel Tuner kernel name).
+    variant: str = Field(default="", max_length=128)
+
+    @model_validator(mode="after")
+    def _dims_fit_op(self) -> ProblemKey:
+        spec = OPS.get(self.op)
+        if spec is None:
+            raise ValueError(f"unknown op {self.op!r}; known ops: {', '.join(sorted(OPS))}")
+        for name, value in self.dims.items():
+            if value <= 0:
+                raise ValueError(f"dims.{name} must be positive, got {value}")
+        if not spec.free_dims:
+            missing = [d for d in spec.required_dims if d not in self.dims]
+            unknown = [d for d in self.dims if d not in spec.required_dims + spec.optional_dims]
+            if missing:
+                raise ValueError(f"op {self.op!r} needs dims {missing}, missing from dims")
+            if unknown:
+                raise ValueError(f"op {self.op!r} takes no dims {unknown}")
+        elif not self.dims:
+            raise ValueError(f"op {self.op!r} needs at least one dim")
+        if self.op == "gemm":
+            self._check_gemm_layout()
+        return self
+
+    def _check_gemm_layout(self) -> None:
+        lda_min, ldb_min, ldc_min = self._packed_lds()
+        for name, given, least in (
+            ("lda", self.lda, lda_min),
+            ("ldb", self.ldb, ldb_min),
+            ("ldc", self.ldc, ldc_min),
+        ):
+            if given is not None and given < least:
+                raise ValueError(f"{name}={given} is smaller than the row length {least}")
+            if given == least:
+                # A packed leading dimension is the default: one problem, one key.
+                object.__setattr__(self, name, None)
+
+    def _packed_lds(self) -> tuple[int, int, int]:
+        m, n, k = self.dims["m"], self.dims["n"], self.dims["k"]
+        lda = m if self.trans_a else k  # A stored [K, M] when transposed, else [M, K]
+        ldb = k if self.trans_b else n  # B stored [N, K] when transposed, else [K, N]
+        return lda, ldb, n
+
+    @property
+    def gemm_lds(self) -> tuple[int, int, int]:
+        """Return (lda, ldb, ldc) in torch's row-major convention, packed where unset."""
+        lda, ldb, ldc = self._packed_lds()
+        return (self.lda or lda, self.ldb or ldb, self.ldc or ldc)
+
+    @property
+    def batch(self) -> int:
+        return self.dims.get("batch", 1)
+
+    def canonical(self) -> str:
+        """Return the canonical string; for GEMM it is PyTorch TunableOp's signature pair."""
+        if self.op == "gemm":
+            op_sig, params_sig = self.tunableop_signature()
+            suffix = f"_b{self.batch}" if self.batch > 1 else ""
+            strides = ""
+            if self.stride_a is not None or self.stride_b is not None or self.stride_c is not None:
+                strides = f"_s{self.stride_a}_{self.stride_b}_{self.stride_c}"
+            tf32 = "_tf32" if self.dtype == "tf32" else ""
+            return f"{op_sig},{params_sig}{suffix}{strides}{tf32}"
+        dims = "_".join(f"{k}{v}" for k, v in sorted(self.dims.items()))
+        variant = f"[{self.variant}]" if self.variant else ""
+        return f"{self.op}{variant}_{self.dtype},{dims}"
+
+    def tunableop_signature(self) -> tuple[str, str]:
+        """Return TunableOp's (op signature, params signature) for this GEMM.
+
+        TunableOp records the column-major BLAS call that torch makes for the
+        row-major product: C^T = op(B)^T op(A)^T, so BLAS m is our N and n is our M.
+        """
+        if self.op != "gemm":
+            raise ValueError("only GEMM problems have a TunableOp signature")
+        m, n, k = self.dims["m"], self.dims["n"], self.dims["k"]
+        lda, ldb, ldc = self.gemm_lds
+        blas_ta = "t" if self.trans_b else "n"
+        blas_tb = "t" if self.trans_a else "n"
+        kind = "GemmStridedBatchedTunableOp" if self.batch > 1 else "GemmTunableOp"
+        dtype = TUNABLEOP_DTYPE.get(self.dtype, self.dtype)
+        op_sig = f"{kind}_{dtype}_{(blas_ta + blas_tb).upper()}"
+        params = f"{blas_ta}{blas_tb}_{n}_{m}_{k}_ld_{ldb}_{lda}_{ldc}"
+        return op_sig, params
+
+    @classmethod
+    def from_tunableop(cls, op_signature: str, params_signature: str) -> ProblemKey:
+        """Parse a TunableOp (op, params) signature pair back into a GEMM problem."""
+        parts = op_signature.split("_")
+        if len(parts) < 3 or not parts[0].startswith("Gemm"):
+            raise ValueError(f"not a TunableOp GEMM signature: {op_signature!r}")
+        tn = parts[-1].lower()
+        dtype_name = "_".join(parts[1:-1])
+        by_name = {v: k for k, v in TUNABLEOP_DTYPE.items() if k != "tf32"}
+        if dtype_name not in by_name:
+            raise ValueError(f"unsupported TunableOp dtype {dtype_name!r}")
+        fields = params_signature.split("_")
+        try:
+            trans = fields[0]
+            blas_m, blas_n, k = (int(x) for x in fields[1:4])
+            lds = None
+            if len(fields) >= 8 and fields[4] == "ld":
+                lds = tuple(int(x) for x in fields[5:8])
+        except (ValueError, IndexError) as exc:
+            raise ValueError(f"bad TunableOp params signature {params_signature!r}") from exc
+        if trans != tn:
+            raise ValueError(f"transposes disagree: {op_signature!r} vs {params_signature!r}")
+        dims = {"m": blas_n, "n": blas_m, "k": k}
+        extra: dict[str, int] = {}
+        if lds is not None:
+            ldb, lda, ldc = lds
+            extra = {"lda": lda, "ldb": ldb, "ldc": ldc}
+        return cls(
+            op="gemm",
+            dtype=by_name[dtype_name],  # type: ignore[arg-type]
+            dims=dims,
+            trans_a=trans[1] == "t",
+            trans_b=trans[0] == "t",
+            **extra,
+        )
+
+    def key_hash(self) -> str:
+        """Return a stable 16-hex-digit hash of the canonical form."""
+        payload = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    @property
+    def flops(self) -> float:
+        """Return the floating-point operations of one GEMM (0 for other ops)."""
+        if self.op != "gemm":
+            return 0.0
+        d = self.dims
+        return 2.0 * d["m"] * d["n"] * d["k"] * self.batch
