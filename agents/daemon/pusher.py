@@ -1,0 +1,185 @@
+"""The pusher: ship spooled runs to the service in gzipped batches, retrying with backoff."""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+
+import httpx
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_when_event_set,
+    wait_random_exponential,
+)
+
+from agents.daemon.errors import PushError, PushRejectedError
+from agents.daemon.metrics import AgentMetrics
+from agents.daemon.spool import Spool, SpooledRun
+from tps.schemas import IngestResult
+
+log = logging.getLogger(__name__)
+
+INGEST_PATH = "/v1/probe-runs"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How hard one push cycle tries before leaving the runs for the next cycle."""
+
+    max_attempts: int = 8
+    initial_s: float = 0.5
+    max_s: float = 60.0
+
+
+def retry_after_seconds(response: httpx.Response, *, now: float) -> float | None:
+    """Parse a Retry-After header (seconds or an HTTP date) into seconds from now."""
+    value = response.headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - now)
+    except (TypeError, ValueError):
+        return None
+
+
+class WaitRetryAfter:
+    """Wait what the service asked for (capped), else exponential backoff with full jitter."""
+
+    def __init__(self, policy: RetryPolicy) -> None:
+        self.policy = policy
+        self.backoff = wait_random_exponential(multiplier=policy.initial_s, max=policy.max_s)
+
+    def __call__(self, retry_state: RetryCallState) -> float:
+        outcome = retry_state.outcome
+        exc = outcome.exception() if outcome is not None else None
+        if isinstance(exc, PushError) and exc.retry_after is not None:
+            return min(exc.retry_after, self.policy.max_s)
+        return self.backoff(retry_state)
+
+
+class Pusher:
+    """Move runs from the spool to the service; delete them only after a 2xx."""
+
+    def __init__(
+        self,
+        *,
+        spool: Spool,
+        client: httpx.Client,
+        token: str | None,
+        batch_runs: int,
+        policy: RetryPolicy,
+        metrics: AgentMetrics,
+        sleep: Callable[[float], None] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.spool = spool
+        self.client = client
+        self.token = token
+        self.batch_runs = batch_runs
+        self.policy = policy
+        self.metrics = metrics
+        self.sleep = sleep
+        self.clock = clock
+
+    def drain(self, stop: threading.Event | None = None) -> int:
+        """Push until the spool is empty, a batch cannot be delivered, or `stop` is set.
+
+        Return how many runs the service acknowledged.
+        """
+        stop = stop or threading.Event()
+        pushed = 0
+        while not stop.is_set():
+            batch = self.spool.peek(self.batch_runs)
+            if not batch:
+                break
+            try:
+                pushed += self.push_batch(batch, stop=stop)
+            except PushError as exc:
+                self.spool.incr("push_errors")
+                self.spool.record_error(str(exc))
+                self.metrics.push_errors.inc()
+                log.warning("push failed, %d runs stay spooled: %s", self.spool.depth(), exc)
+                break
+            finally:
+                self.metrics.spool_depth.set(self.spool.depth())
+        return pushed
+
+    def push_batch(self, batch: Sequence[SpooledRun], *, stop: threading.Event) -> int:
+        """Deliver one batch (retrying transient failures); split it to isolate a rejected run."""
+        try:
+            result = self._retrying(stop)(self._post, batch)
+        except PushRejectedError as exc:
+            if len(batch) == 1:
+                self.spool.quarantine(batch[0], str(exc))
+                return 0
+            # A batch is all or nothing: halve it until the run the service refuses is alone.
+            mid = len(batch) // 2
+            return self.push_batch(batch[:mid], stop=stop) + self.push_batch(batch[mid:], stop=stop)
+        self.spool.ack([run.seq for run in batch], pushed_at=self.clock())
+        self.metrics.runs_pushed.inc(len(batch))
+        log.info(
+            "pushed %d runs (%d new, %d already stored)",
+            len(batch),
+            result.accepted,
+            result.duplicates,
+        )
+        return len(batch)
+
+    def _retrying(self, stop: threading.Event) -> Retrying:
+        return Retrying(
+            retry=retry_if_exception(lambda exc: isinstance(exc, PushError) and exc.retryable),
+            stop=stop_after_attempt(self.policy.max_attempts) | stop_when_event_set(stop),
+            wait=WaitRetryAfter(self.policy),
+            # Backoff sleeps wake up at once when the daemon is asked to stop.
+            sleep=self.sleep or stop.wait,
+            reraise=True,
+            before_sleep=self._log_retry,
+        )
+
+    def _log_retry(self, retry_state: RetryCallState) -> None:
+        outcome = retry_state.outcome
+        exc = outcome.exception() if outcome is not None else None
+        wait = retry_state.next_action.sleep if retry_state.next_action else 0.0
+        self.metrics.push_retries.inc()
+        log.info(
+            "push attempt %d failed (%s); retrying in %.2fs", retry_state.attempt_number, exc, wait
+        )
+
+    def _post(self, batch: Sequence[SpooledRun]) -> IngestResult:
+        body = b'{"runs":[' + b",".join(run.body for run in batch) + b"]}"
+        headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        started = time.perf_counter()
+        try:
+            response = self.client.post(INGEST_PATH, content=gzip.compress(body), headers=headers)
+        except httpx.HTTPError as exc:
+            raise PushError(f"cannot reach the service: {exc!r}") from exc
+        finally:
+            self.metrics.push_seconds.observe(time.perf_counter() - started)
+        if response.is_success:
+            try:
+                return IngestResult.model_validate_json(response.content)
+            except ValueError as exc:
+                raise PushError(f"service answered {response.status_code} with a bad body") from exc
+        status = response.status_code
+        # A bad token will not get better by itself, but the runs must not be quarantined for it.
+        rejected = 400 <= status < 500 and status not in (401, 403, 408, 425, 429)
+        error = PushRejectedError if rejected else PushError
+        raise error(
+            f"service answered {status}: {response.text[:500]}",
+            status=status,
+            retry_after=retry_after_seconds(response, now=self.clock()),
+        )
