@@ -21,7 +21,7 @@ demo: $(STAMP)
 	$(BIN)/tps demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check tps agents models services migrations tests benchmarks
+	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 
 test: lint
