@@ -1,0 +1,130 @@
+"""Wire a daemon from its settings: identity, engine, cache, spool, pusher, priors, sources."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+import httpx
+
+from agents.daemon.daemon import AgentDaemon, ProbeCache, ProbeEngine
+from agents.daemon.identity import MACHINE_ID_PATHS, host_id, read_machine_id
+from agents.daemon.metrics import AgentMetrics
+from agents.daemon.pusher import Pusher, RetryPolicy
+from agents.daemon.settings import AgentSettings
+from agents.daemon.sources import WatchFolder, WorkloadSources
+from agents.daemon.spool import Spool
+from agents.daemon.warmstart import PriorsClient
+from tps.schemas import ProbeRun
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class AssembledAgent:
+    """A daemon and the resources it holds; close() releases them."""
+
+    daemon: AgentDaemon
+    host_id: str
+    resources: ExitStack
+
+    def close(self) -> None:
+        self.resources.close()
+
+
+def agent_host_id(settings: AgentSettings) -> str:
+    """Return this host's id under the deployment's secret."""
+    machine_id = read_machine_id([settings.machine_id_path, *MACHINE_ID_PATHS])
+    return host_id(machine_id=machine_id, secret=settings.require_secret())
+
+
+def open_cache(settings: AgentSettings) -> ProbeCache:
+    """Load the local cache, then the warm cache file (exported JSON or TunableOp CSV)."""
+    from agents.cache import ProbeCache as FileCache
+
+    cache = FileCache.load(settings.cache_path)
+    warm = settings.warm_cache
+    if warm is not None:
+        if warm.suffix.lower() == ".csv":
+            added = cache.import_tunableop_csv(warm)
+        else:
+            added = cache.merge(FileCache.load(warm))
+        log.info("warm cache %s: %s entries", warm.name, added)
+    return cache  # type: ignore[return-value]
+
+
+def build_engine_for(settings: AgentSettings, *, host: str) -> ProbeEngine:
+    """Open the device named in the settings and build the real probe engine on it."""
+    from agents.opconfig import OpConfig
+    from agents.probe.engine import build_engine
+
+    op_config = OpConfig.load(settings.op_config) if settings.op_config else None
+    return build_engine(device=settings.device, op_config=op_config, host_id=host)
+
+
+def build_daemon(
+    settings: AgentSettings,
+    *,
+    engine: ProbeEngine | None = None,
+    cache: ProbeCache | None = None,
+    metrics: AgentMetrics | None = None,
+    transport: httpx.BaseTransport | None = None,
+    on_run: Callable[[ProbeRun], None] | None = None,
+) -> AssembledAgent:
+    """Assemble a daemon; `engine`, `cache` and `transport` replace the real ones when given."""
+    host = agent_host_id(settings)
+    metrics = metrics or AgentMetrics()
+    resources = ExitStack()
+    spool = Spool(settings.spool_path, max_runs=settings.spool_max_runs).open()
+    resources.callback(spool.close)
+    client = resources.enter_context(
+        httpx.Client(
+            base_url=settings.service_url,
+            timeout=settings.push_timeout_s,
+            transport=transport,
+        )
+    )
+    token = settings.token.get_secret_value() if settings.token else None
+    pusher = Pusher(
+        spool=spool,
+        client=client,
+        token=token,
+        batch_runs=settings.push_batch_runs,
+        policy=RetryPolicy(
+            max_attempts=settings.push_max_attempts,
+            initial_s=settings.push_backoff_initial_s,
+            max_s=settings.push_backoff_max_s,
+        ),
+        metrics=metrics,
+    )
+    priors = None
+    if settings.priors_enabled:
+        priors = PriorsClient(
+            client=client,
+            token=token,
+            timeout_s=settings.priors_timeout_ms / 1000,
+            top_k=settings.priors_top_k,
+        )
+    src = settings.sources
+    sources = WorkloadSources(
+        shape_csv=list(src.shape_csv),
+        tunableop_untuned=list(src.tunableop_untuned),
+        watch=WatchFolder(folder=src.watch_dir, dtype=src.dtype) if src.watch_dir else None,
+        dtype=src.dtype,
+    )
+    daemon = AgentDaemon(
+        engine=engine or build_engine_for(settings, host=host),
+        cache=cache if cache is not None else open_cache(settings),
+        spool=spool,
+        pusher=pusher,
+        sources=sources,
+        metrics=metrics,
+        priors=priors,
+        push_interval_s=settings.push_interval_s,
+        watch_interval_s=src.watch_interval_s,
+        shutdown_flush_s=settings.shutdown_flush_s,
+        on_run=on_run,
+    )
+    return AssembledAgent(daemon=daemon, host_id=host, resources=resources)
