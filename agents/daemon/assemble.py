@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import httpx
 
 from agents.daemon.daemon import AgentDaemon, ProbeCache, ProbeEngine
+from agents.daemon.errors import ConfigError
 from agents.daemon.identity import MACHINE_ID_PATHS, host_id, read_machine_id
 from agents.daemon.metrics import AgentMetrics
 from agents.daemon.pusher import Pusher, RetryPolicy
@@ -41,17 +42,27 @@ def agent_host_id(settings: AgentSettings) -> str:
 
 
 def open_cache(settings: AgentSettings) -> ProbeCache:
-    """Load the local cache, then the warm cache file (exported JSON or TunableOp CSV)."""
+    """Load the local cache and the warm cache file (exported JSON or TunableOp results CSV).
+
+    Local entries win over warm ones: they were measured on this very host.
+    """
     from agents.cache import ProbeCache as FileCache
 
-    cache = FileCache.load(settings.cache_path)
     warm = settings.warm_cache
-    if warm is not None:
-        if warm.suffix.lower() == ".csv":
-            added = cache.import_tunableop_csv(warm)
-        else:
-            added = cache.merge(FileCache.load(warm))
-        log.info("warm cache %s: %s entries", warm.name, added)
+    if warm is None:
+        return FileCache.load(settings.cache_path)  # type: ignore[return-value]
+    if not warm.is_file():
+        raise ConfigError(f"warm cache file {warm} does not exist")
+    if warm.suffix.lower() == ".csv":
+        cache = FileCache.load(settings.cache_path)
+        added = cache.import_tunableop_csv(warm)
+    else:
+        cache = FileCache.load(warm)
+        added = len(cache)
+        cache.path = settings.cache_path
+        for entry in FileCache.load(settings.cache_path).entries():
+            cache._insert(entry)  # the cache has no public merge yet
+    log.info("warm cache %s: %d entries", warm.name, added)
     return cache  # type: ignore[return-value]
 
 

@@ -19,10 +19,15 @@ class AgentMetrics:
         self.runs_pushed = Counter(
             "tps_agent_runs_pushed", "Runs acknowledged by the service", registry=r
         )
+        self.runs_resent = Counter(
+            "tps_agent_runs_resent",
+            "Runs the service already had (a resend after a lost answer)",
+            registry=r,
+        )
         self.runs_dropped = Counter(
             "tps_agent_runs_dropped", "Runs dropped because the spool was full", registry=r
         )
-        self.push_errors = Counter("tps_agent_push_errors", "Push cycles that failed", registry=r)
+        self.push_errors = Counter("tps_agent_push_errors", "Push attempts that failed", registry=r)
         self.push_retries = Counter("tps_agent_push_retries", "Push attempts retried", registry=r)
         self.push_seconds = Histogram(
             "tps_agent_push_seconds", "Duration of one push request", registry=r

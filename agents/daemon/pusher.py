@@ -129,6 +129,7 @@ class Pusher:
             return self.push_batch(batch[:mid], stop=stop) + self.push_batch(batch[mid:], stop=stop)
         self.spool.ack([run.seq for run in batch], pushed_at=self.clock())
         self.metrics.runs_pushed.inc(len(batch))
+        self.metrics.runs_resent.inc(result.duplicates)
         log.info(
             "pushed %d runs (%d new, %d already stored)",
             len(batch),
@@ -153,6 +154,10 @@ class Pusher:
         exc = outcome.exception() if outcome is not None else None
         wait = retry_state.next_action.sleep if retry_state.next_action else 0.0
         self.metrics.push_retries.inc()
+        self.metrics.push_errors.inc()
+        # Status shows a failing service at once, not only when a cycle gives up.
+        self.spool.incr("push_errors")
+        self.spool.record_error(f"push attempt {retry_state.attempt_number} failed: {exc}")
         log.info(
             "push attempt %d failed (%s); retrying in %.2fs", retry_state.attempt_number, exc, wait
         )

@@ -223,7 +223,12 @@ class Spool:
             for run in bad:
                 _quarantine(conn, run, "body does not match its digest", self.clock())
         for run in bad:
-            log.error("spooled run %s is damaged; moved it to quarantine", run.run_id)
+            message = (
+                f"spooled run {run.run_id} is damaged (its bytes no longer match their digest); "
+                f"moved it to the quarantine table of {self.path}"
+            )
+            log.error("%s", message)
+            self.record_error(message)
         return good
 
     def ack(self, seqs: Sequence[int], *, pushed_at: float | None = None) -> None:

@@ -1,0 +1,404 @@
+"""The agent against the real service and a real Postgres: nothing lost, nothing duplicated.
+
+The service runs as a killable child process; Postgres is an embedded server in this
+module's own data dir, so restarting it touches nothing else on the machine.
+"""
+
+from __future__ import annotations
+
+import getpass
+import gzip
+import json
+import os
+import re
+import socket
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+import psycopg
+import pytest
+
+from agents.daemon.assemble import AssembledAgent, build_daemon
+from agents.daemon.settings import AgentSettings, SourceSettings
+from agents.daemon.status import read_status
+from tests.agents.daemon.harness import OwnedPostgres, ServiceProcess, free_port
+
+pytestmark = pytest.mark.slow
+
+SECRET = "test-deployment-secret"
+MODEL_NAMES = ("llama3-8b", "mixtral-8x7b", "qwen2-72b")
+
+
+# -- fixtures ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnedPostgres]:
+    pg = OwnedPostgres(tmp_path_factory.mktemp("owned-postgres"))
+    pg.start()
+    yield pg
+    pg.stop()
+
+
+@pytest.fixture
+def database_url(postgres: OwnedPostgres) -> Iterator[str]:
+    from services.profiler_api.db import scratch_database
+    from services.profiler_api.migrate import upgrade
+
+    with scratch_database(postgres.url, prefix="tps_agent_test") as url:
+        upgrade(url)
+        yield url
+
+
+@pytest.fixture
+def agent_token(database_url: str) -> str:
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import Session
+
+    from services.profiler_api.auth.service import Role, create_token
+
+    engine = create_engine(database_url)
+    try:
+        with Session(engine) as session:
+            token = create_token(session, org="agent-tests", role=Role.AGENT)
+            session.commit()
+    finally:
+        engine.dispose()
+    return token
+
+
+@pytest.fixture
+def service(database_url: str, tmp_path: Path) -> Iterator[ServiceProcess]:
+    """The service, not yet started: each test decides when it comes up."""
+    proc = ServiceProcess(
+        database_url=database_url, port=free_port(), log_path=tmp_path / "svc.log"
+    )
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def cpu_engine(tmp_path_factory: pytest.TempPathFactory):
+    """The real probe engine on the CPU, with a small sampling budget to keep tests short."""
+    from agents.daemon.identity import host_id, read_machine_id
+    from agents.opconfig import OpConfig, TunableOpEntry
+    from agents.probe.engine import build_engine
+    from agents.probe.settings import ProbeSettings
+
+    settings = ProbeSettings(
+        samples=3, min_samples=3, max_samples=3, max_extra_ms=0, target_sample_us=5, max_reps=1
+    )
+    return build_engine(
+        device="cpu",
+        host_id=host_id(machine_id=read_machine_id(), secret=SECRET.encode()),
+        settings=settings,
+        op_config=OpConfig(tunable_ops=[TunableOpEntry(name="gemm", candidates=2)]),
+        bans_path=tmp_path_factory.mktemp("bans") / "bans.json",
+    )
+
+
+def write_shapes(path: Path, count: int) -> Path:
+    """Write a shape list of `count` distinct small GEMMs, named after models as users do."""
+    rows = ["name,m,n,k,trans_b"]
+    for i in range(count):
+        m, n, k = 1 + i % 50, 8 + 4 * ((i // 50) % 10), 8 * (1 + i // 500)
+        rows.append(f"{MODEL_NAMES[i % 3]}.layer{i}.proj,{m},{n},{k},1")
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def agent_settings(tmp_path: Path, service: ServiceProcess, token: str, **kw) -> AgentSettings:
+    shapes = kw.pop("shapes", None) or write_shapes(tmp_path / "workload.csv", kw.pop("count", 20))
+    return AgentSettings(
+        service_url=service.url,
+        token=token,
+        device="cpu",
+        sources=SourceSettings(shape_csv=[shapes], dtype="fp32"),
+        spool_path=tmp_path / "agent" / "spool.sqlite",
+        cache_path=tmp_path / "agent" / "cache.json",
+        deployment_secret=SECRET,
+        push_batch_runs=kw.pop("push_batch_runs", 100),
+        push_interval_s=0.25,
+        push_timeout_s=10,
+        push_max_attempts=kw.pop("push_max_attempts", 1000),
+        push_backoff_initial_s=0.05,
+        push_backoff_max_s=0.5,
+        shutdown_flush_s=5,
+        priors_timeout_ms=200,
+        **kw,
+    )
+
+
+class Recorder:
+    """Collects the ids of every run the agent produced, in order."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self._changed = threading.Condition()
+
+    def __call__(self, run) -> None:
+        with self._changed:
+            self.ids.append(str(run.run_id))
+            self._changed.notify_all()
+
+    def wait_for(self, count: int, timeout_s: float = 120.0) -> None:
+        with self._changed:
+            if not self._changed.wait_for(lambda: len(self.ids) >= count, timeout=timeout_s):
+                raise TimeoutError(f"the agent produced {len(self.ids)} runs, not {count}")
+
+
+def stored_run_ids(database_url: str) -> Counter[str]:
+    from services.profiler_api.db import libpq_url
+
+    with psycopg.connect(libpq_url(database_url)) as conn:
+        return Counter(str(row[0]) for row in conn.execute("SELECT run_id FROM probe_runs"))
+
+
+def stored_measurements(database_url: str) -> dict[str, int]:
+    from services.profiler_api.db import libpq_url
+
+    with psycopg.connect(libpq_url(database_url)) as conn:
+        rows = conn.execute("SELECT run_id, count(*) FROM measurements GROUP BY run_id")
+        return {str(run_id): count for run_id, count in rows}
+
+
+def wait_until(condition: Callable[[], bool], *, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def run_in_thread(agent: AssembledAgent, stop: threading.Event, *, once: bool) -> threading.Thread:
+    thread = threading.Thread(target=agent.daemon.run, args=(stop,), kwargs={"once": once})
+    thread.start()
+    return thread
+
+
+# -- the chaos test ---------------------------------------------------------------------------
+
+
+def test_chaos_every_run_arrives_exactly_once(
+    tmp_path: Path,
+    postgres: OwnedPostgres,
+    database_url: str,
+    agent_token: str,
+    service: ServiceProcess,
+    cpu_engine,
+) -> None:
+    """≥ 2,000 runs while the service is SIGKILLed 4 times and Postgres restarts once."""
+    total = 2000
+    started = time.monotonic()
+    service.start()
+    recorder = Recorder()
+    settings = agent_settings(tmp_path, service, agent_token, count=total)
+    agent = build_daemon(settings, engine=cpu_engine, on_run=recorder)
+
+    chaos_log: list[str] = []
+
+    def chaos() -> None:
+        for at, action in ((150, "kill"), (600, "kill"), (1000, "postgres"), (1300, "kill"),
+                           (1700, "kill")):  # fmt: skip
+            recorder.wait_for(at)
+            if action == "kill":
+                service.kill()
+                chaos_log.append(f"killed service at run {len(recorder.ids)}")
+                time.sleep(0.5)
+                service.start()
+            else:
+                postgres.restart()
+            chaos_log.append(f"{action} done at run {len(recorder.ids)}")
+
+    chaos_thread = threading.Thread(target=chaos)
+    chaos_thread.start()
+    try:
+        agent.daemon.run(threading.Event(), once=True)  # returns when all is probed and pushed
+    finally:
+        chaos_thread.join(timeout=120)
+        agent.close()
+
+    produced = recorder.ids
+    stored = stored_run_ids(database_url)
+    print(f"\nchaos: {chaos_log}")
+    print(
+        f"chaos: produced {len(produced)} runs, stored {len(stored)} distinct ids "
+        f"({sum(stored.values())} rows), resent {agent.daemon.metrics.runs_resent._value.get():.0f}"
+        f", {time.monotonic() - started:.0f} s"
+    )
+    assert service.kills >= 3 and service.starts >= 4 and postgres.restarts == 1
+    assert len(produced) >= total and len(set(produced)) == len(produced)
+    duplicated = {run_id: n for run_id, n in stored.items() if n > 1}
+    assert not duplicated
+    assert set(stored) == set(produced), (
+        f"missing {len(set(produced) - set(stored))}, unexpected {len(set(stored) - set(produced))}"
+    )
+    status = read_status(settings.spool_path)
+    assert (status.spool_depth, status.dropped, status.quarantined) == (0, 0, 0)
+    # Every run's measurements arrived once, whatever was resent.
+    runs_measured = stored_measurements(database_url)
+    assert len(runs_measured) == len(produced)
+
+
+# -- the other failure modes ------------------------------------------------------------------
+
+
+def test_service_down_when_the_agent_starts(
+    tmp_path: Path, database_url: str, agent_token: str, service: ServiceProcess, cpu_engine
+) -> None:
+    recorder = Recorder()
+    settings = agent_settings(tmp_path, service, agent_token, count=40)
+    agent = build_daemon(settings, engine=cpu_engine, on_run=recorder)
+    stop = threading.Event()
+    thread = run_in_thread(agent, stop, once=False)
+    try:
+        recorder.wait_for(40)
+        wait_until(lambda: read_status(settings.spool_path).push_errors >= 1, timeout_s=30,
+                   what="a failed push")  # fmt: skip
+        assert read_status(settings.spool_path).spool_depth == 40
+        service.start()
+        wait_until(lambda: read_status(settings.spool_path).spool_depth == 0, timeout_s=60,
+                   what="the spool to drain")  # fmt: skip
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+        agent.close()
+    assert stored_run_ids(database_url) == Counter(recorder.ids)
+    assert read_status(settings.spool_path).last_push_at is not None
+
+
+def test_full_spool_drops_the_oldest_and_reports_them(
+    tmp_path: Path, database_url: str, agent_token: str, service: ServiceProcess, cpu_engine
+) -> None:
+    recorder = Recorder()
+    settings = agent_settings(tmp_path, service, agent_token, count=60, spool_max_runs=25,
+                              push_max_attempts=1)  # fmt: skip
+    agent = build_daemon(settings, engine=cpu_engine, on_run=recorder)
+    agent.daemon.run(threading.Event(), once=True)  # service down: nothing can leave
+    agent.close()
+
+    status = read_status(settings.spool_path)
+    assert (status.probed, status.dropped, status.spool_depth) == (60, 35, 25)
+    assert agent.daemon.metrics.registry.get_sample_value("tps_agent_runs_dropped_total") == 35
+
+    service.start()
+    again = build_daemon(settings, engine=cpu_engine)
+    again.daemon.pusher.drain()
+    again.close()
+    assert set(stored_run_ids(database_url)) == set(recorder.ids[-25:])
+
+
+def test_corrupt_spool_file_is_reported_and_the_rest_delivered(
+    tmp_path: Path, database_url: str, agent_token: str, service: ServiceProcess, cpu_engine
+) -> None:
+    recorder = Recorder()
+    settings = agent_settings(tmp_path, service, agent_token, count=80, push_max_attempts=1)
+    agent = build_daemon(settings, engine=cpu_engine, on_run=recorder)
+    agent.daemon.run(threading.Event(), once=True)  # service down: all 80 stay spooled
+    agent.close()
+
+    raw = bytearray(settings.spool_path.read_bytes())
+    victim = recorder.ids[40]
+    start = raw.index(b'{"run_id":"' + victim.encode())
+    raw[start : start + 3000] = b"\x00garbage\xff" * 300
+    settings.spool_path.write_bytes(bytes(raw))
+
+    service.start()
+    recovered = build_daemon(settings, engine=cpu_engine)
+    status = read_status(settings.spool_path)
+    assert "damaged" in (status.last_error or "")
+    recovered.daemon.pusher.drain()
+    recovered.close()
+    assert "damaged" in (read_status(settings.spool_path).last_error or "")
+
+    stored = stored_run_ids(database_url)
+    assert victim not in stored
+    assert set(stored) <= set(recorder.ids)
+    assert len(stored) >= 80 - 3  # only the runs under the damaged bytes are lost
+    assert all(n == 1 for n in stored.values())
+
+
+# -- anonymization ----------------------------------------------------------------------------
+
+
+class RecordingTransport(httpx.BaseTransport):
+    """The real HTTP transport, keeping a copy of every request body that leaves the host."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.bodies: list[bytes] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        body = request.read()
+        if request.headers.get("content-encoding") == "gzip":
+            body = gzip.decompress(body)
+        self.bodies.append(body)
+        return self.inner.handle_request(request)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def host_identifiers(workload: Path) -> list[str]:
+    """Everything that could name this machine, its user, or the workload."""
+    found = {
+        socket.gethostname(),
+        socket.getfqdn(),
+        getpass.getuser(),
+        os.getcwd(),
+        str(Path.home()),
+        str(workload),
+        str(workload.parent),
+        workload.name,
+        sys.executable,
+        "pytest",
+        *MODEL_NAMES,
+    }
+    try:
+        found.add(Path("/etc/machine-id").read_text().strip())
+    except OSError:
+        pass
+    for addresses in psutil.net_if_addrs().values():
+        for address in addresses:
+            if address.family in (socket.AF_INET, socket.AF_INET6):
+                found.add(address.address.split("%")[0])
+    return sorted(x for x in found if x)
+
+
+def test_payloads_carry_no_host_user_path_or_model_identifiers(
+    tmp_path: Path, database_url: str, agent_token: str, service: ServiceProcess, cpu_engine
+) -> None:
+    service.start()
+    settings = agent_settings(tmp_path, service, agent_token, count=30)
+    transport = RecordingTransport()
+    agent = build_daemon(settings, engine=cpu_engine, transport=transport)
+    agent.daemon.run(threading.Event(), once=True)
+    agent.close()
+
+    pushes = [b for b in transport.bodies if b.startswith(b'{"runs"')]
+    assert pushes and sum(len(json.loads(b)["runs"]) for b in pushes) == 30
+    assert any(b.startswith(b'{"hardware"') for b in transport.bodies)  # priors requests too
+    payload = b"\n".join(transport.bodies).decode()
+    identifiers = host_identifiers(settings.sources.shape_csv[0])
+    leaks = []
+    for ident in identifiers:
+        # Short generic words ("root") only count as whole words.
+        pattern = re.escape(ident) if len(ident) > 5 else rf"(?<![\w.-]){re.escape(ident)}(?![\w-])"
+        if re.search(pattern, payload, flags=re.IGNORECASE):
+            leaks.append(ident)
+    assert not leaks, f"payload leaks {leaks}"
+    # Tensor data would be long runs of numbers; a run holds only measurements.
+    for body in pushes:
+        for run in json.loads(body)["runs"]:
+            assert set(run) <= {
+                "run_id", "host_id", "hardware", "problem", "measurements", "winner_id",
+                "budget_ms", "compile_ms", "telemetry", "priors", "rationale", "agent_version",
+                "source", "created_at",
+            }  # fmt: skip
+            assert run["host_id"] != Path("/etc/machine-id").read_text().strip()
