@@ -1,0 +1,84 @@
+"""Interleaved, adaptive sampling of armed kernels."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from agents.probe.stats import SampleSummary, summarize
+from agents.probe.timers import Armed, Timer
+
+
+@dataclass(frozen=True)
+class SamplingPolicy:
+    samples: int = 10
+    min_samples: int = 5
+    max_samples: int = 100
+    cv_threshold: float = 0.15
+    extra_batch: int = 10
+    # Soft budget for the timed part; a large problem gets fewer (never < min_samples) samples.
+    budget_us: float = 20_000.0
+    # Hard cap on what extra samples for noisy candidates may add.
+    max_extra_us: float = 200_000.0
+
+
+@dataclass
+class SampleSet:
+    values: list[list[float]]
+    rounds: int = 0
+    extended: list[int] = field(default_factory=list)
+
+    def summary(self, i: int) -> SampleSummary:
+        return summarize(self.values[i])
+
+
+def rotated(indices: Sequence[int], shift: int) -> list[int]:
+    """Round-robin order starting at a different candidate each round (no position bias)."""
+    if not indices:
+        return []
+    s = shift % len(indices)
+    return list(indices[s:]) + list(indices[:s])
+
+
+def planned_samples(policy: SamplingPolicy, cost_per_round_us: float) -> int:
+    """Return the samples per candidate that fit the budget, between min and the default."""
+    if cost_per_round_us <= 0:
+        return policy.samples
+    fit = math.floor(policy.budget_us / cost_per_round_us)
+    return max(policy.min_samples, min(policy.samples, fit))
+
+
+def collect(timer: Timer, armed: Sequence[Armed], policy: SamplingPolicy) -> SampleSet:
+    """Sample every armed kernel round-robin; add rounds for those whose CV stays high."""
+    n = len(armed)
+    cost = sum(a.reps * a.kernel_us for a in armed if a.kernel_us)
+    first = planned_samples(policy, cost)
+    everyone = list(range(n))
+    out = SampleSet(values=[[] for _ in range(n)])
+    _run(timer, armed, out, [rotated(everyone, r) for r in range(first)])
+    spent = 0.0
+    while True:
+        noisy = [
+            i for i in everyone
+            if len(out.values[i]) < policy.max_samples
+            and out.summary(i).cv > policy.cv_threshold
+        ]
+        if not noisy:
+            break
+        batch_cost = sum(armed[i].reps * (armed[i].kernel_us or 0.0) for i in noisy)
+        if spent + batch_cost * policy.extra_batch > policy.max_extra_us and spent > 0:
+            break
+        room = min(policy.max_samples - len(out.values[i]) for i in noisy)
+        rounds = max(1, min(policy.extra_batch, room))
+        _run(timer, armed, out, [rotated(noisy, r) for r in range(rounds)])
+        spent += batch_cost * rounds
+        out.extended = sorted(set(out.extended) | set(noisy))
+    return out
+
+
+def _run(timer: Timer, armed: Sequence[Armed], out: SampleSet, orders: list[list[int]]) -> None:
+    for row in timer.sample_rounds(armed, orders):
+        for i, us in row.items():
+            out.values[i].append(us)
+    out.rounds += len(orders)

@@ -1,0 +1,1 @@
+"""Candidate providers: each backend offers candidates for a problem and prepares kernels."""

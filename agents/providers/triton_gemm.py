@@ -1,0 +1,132 @@
+"""triton: a Triton GEMM over a space of tiles, warps and pipeline depths (NVIDIA and AMD).
+
+The first launch of a configuration compiles it; the engine times that launch apart, as
+compile time, and Triton keeps the binary for every later problem that shares it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents.errors import CandidateError
+from agents.probe.device import Device
+from agents.providers.base import PROVIDERS, Kernel
+from tps.candidate import Candidate
+from tps.problem import DTYPE_BYTES, ProblemKey
+
+DTYPES = frozenset({"bf16", "fp16", "fp32", "tf32"})
+
+# (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages), best first per M range:
+# skinny decode-like products want small M tiles and deep K; large ones want wide tiles.
+CONFIGS: dict[str, list[tuple[int, int, int, int, int, int]]] = {
+    "skinny": [(16, 32, 256, 8, 4, 3), (16, 64, 128, 8, 4, 4), (16, 32, 128, 8, 2, 4),
+               (16, 64, 256, 8, 4, 4), (32, 64, 128, 8, 4, 5)],
+    "small": [(64, 128, 64, 8, 4, 4), (64, 64, 128, 8, 4, 4), (128, 64, 64, 8, 4, 4),
+              (32, 128, 128, 8, 4, 4)],
+    "large": [(128, 256, 64, 8, 8, 3), (128, 128, 64, 8, 4, 4), (256, 128, 64, 8, 8, 3),
+              (128, 128, 128, 8, 8, 3), (64, 256, 64, 8, 4, 4)],
+}
+
+
+def bucket(problem: ProblemKey) -> str:
+    m = problem.dims["m"]
+    return "skinny" if m <= 32 else "small" if m <= 256 else "large"
+
+
+def smem_bytes(cfg: tuple[int, ...], dtype: str) -> int:
+    bm, bn, bk, _, _, stages = cfg
+    return (bm * bk + bk * bn) * DTYPE_BYTES[dtype] * stages
+
+
+def fit(cfg: tuple[int, int, int, int, int, int], dtype: str, limit: int) -> tuple[int, ...]:
+    """Shrink the pipeline, then BLOCK_K, until the stages fit in shared memory."""
+    bm, bn, bk, group, warps, stages = cfg
+    while smem_bytes((bm, bn, bk, group, warps, stages), dtype) > limit:
+        if stages > 2:
+            stages -= 1
+        elif bk > 32:
+            bk //= 2
+        else:
+            break
+    return (bm, bn, bk, group, warps, stages)
+
+
+def as_params(cfg: tuple[int, ...]) -> dict[str, int]:
+    bm, bn, bk, group, warps, stages = cfg
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group,
+            "num_warps": warps, "num_stages": stages}
+
+
+@PROVIDERS.register("triton")
+class TritonGemmProvider:
+    backend = "triton"
+    ops = frozenset({"gemm"})
+
+    def __init__(self, smem_limit: int | None = None) -> None:
+        self.smem_limit = smem_limit
+
+    def available(self, device: Device) -> bool:
+        if not device.is_gpu:
+            return False
+        try:
+            import triton  # noqa: F401
+        except Exception:
+            return False
+        return True
+
+    def _smem_limit(self, device: Device) -> int:
+        if self.smem_limit is None:
+            import torch
+
+            props = torch.cuda.get_device_properties(device.index)
+            self.smem_limit = int(getattr(props, "shared_memory_per_block_optin", 96 * 1024))
+        return self.smem_limit
+
+    def candidates(
+        self, problem: ProblemKey, device: Device, *, limit: int, operands: Any = None
+    ) -> list[Candidate]:
+        if problem.dtype not in DTYPES:
+            return []
+        limit_bytes = self._smem_limit(device)
+        fitted = dict.fromkeys(fit(c, problem.dtype, limit_bytes) for c in CONFIGS[bucket(problem)])
+        fits = [c for c in fitted if smem_bytes(c, problem.dtype) <= limit_bytes]
+        return [Candidate(backend=self.backend, params=as_params(c)) for c in fits[:limit]]
+
+    def prepare(
+        self, candidate: Candidate, problem: ProblemKey, operands: Any, device: Device
+    ) -> Kernel:
+        import torch
+        import triton
+
+        from agents.providers.triton_kernels import gemm_kernel
+
+        if problem.dtype not in DTYPES:
+            raise CandidateError(f"the Triton GEMM does not take {problem.dtype}")
+        p = candidate.params
+        a, b = operands.a, operands.b
+        m, n, k = problem.dims["m"], problem.dims["n"], problem.dims["k"]
+        batch = problem.batch
+        out = operands.out
+        if out is None:
+            shape = (batch, m, n) if operands.batched else (m, n)
+            out = torch.empty(shape, dtype=a.dtype, device=a.device)
+        a3, b3, c3 = (t if t.dim() == 3 else t.unsqueeze(0) for t in (a, b, out))
+        grid = (triton.cdiv(m, p["BLOCK_M"]) * triton.cdiv(n, p["BLOCK_N"]), batch)
+        ieee = problem.dtype == "fp32"
+        sa = a3.stride(0) if batch > 1 else 0
+        sb = b3.stride(0) if batch > 1 else 0
+        sc = c3.stride(0) if batch > 1 else 0
+
+        def run() -> Any:
+            gemm_kernel[grid](
+                a3, b3, c3, m, n, k,
+                sa, a3.stride(1), a3.stride(2),
+                sb, b3.stride(1), b3.stride(2),
+                sc, c3.stride(1), c3.stride(2),
+                BLOCK_M=p["BLOCK_M"], BLOCK_N=p["BLOCK_N"], BLOCK_K=p["BLOCK_K"],
+                GROUP_M=p["GROUP_M"], IEEE=ieee,
+                num_warps=p["num_warps"], num_stages=p["num_stages"],
+            )
+            return out
+
+        return Kernel(candidate=candidate, run=run, poison=lambda: out.fill_(float("nan")))

@@ -1,0 +1,136 @@
+"""GPU providers end to end: cuBLASLt, Triton, padded, the engine, green contexts, ROCm."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA or ROCm device", allow_module_level=True)
+
+from agents.ops.gemm import GemmOp, gemm_operands  # noqa: E402
+from agents.probe.device import open_device  # noqa: E402
+from agents.probe.settings import ProbeSettings  # noqa: E402
+from agents.providers import builtin  # noqa: E402
+from tps.problem import ProblemKey  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+NVIDIA = torch.version.hip is None
+
+
+def linear(m, n, k, dtype="bf16"):
+    return ProblemKey(op="gemm", dtype=dtype, dims={"m": m, "n": n, "k": k}, trans_b=True)
+
+
+def _check_all(provider_name, problem, limit=4):
+    device = open_device("cuda")
+    provider = builtin.create(provider_name, settings=ProbeSettings())
+    operands = gemm_operands(problem, device.torch_device, seed=1)
+    cands = provider.candidates(problem, device, limit=limit, operands=operands)
+    assert cands, f"{provider_name} offered nothing for {problem.canonical()}"
+    op = GemmOp()
+    for c in cands:
+        kernel = provider.prepare(c, problem, operands, device)
+        if kernel.poison:
+            kernel.poison()
+        check = op.check(problem, operands, kernel.run())
+        assert check.ok, f"{c.label()}: {check.reason()}"
+    return cands
+
+
+@pytest.mark.skipif(not NVIDIA, reason="cuBLASLt is NVIDIA only")
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "tf32", "fp32"])
+def test_cublaslt_algorithms_are_enumerated_and_correct(dtype):
+    cands = _check_all("cublaslt", linear(256, 1024, 512, dtype), limit=8)
+    assert len(cands) >= 2
+    assert len({c.id for c in cands}) == len(cands)
+    assert all({"tile", "stages", "split_k", "algo_id"} <= set(c.params) for c in cands)
+
+
+@pytest.mark.skipif(not NVIDIA, reason="cuBLASLt is NVIDIA only")
+def test_cublaslt_ids_do_not_depend_on_rank():
+    first = _check_all("cublaslt", linear(512, 512, 512), limit=8)
+    again = _check_all("cublaslt", linear(512, 512, 512), limit=8)
+    assert {c.id for c in first} == {c.id for c in again}
+
+
+@pytest.mark.parametrize("shape", [(1, 4096, 4096), (1000, 1000, 1000), (4095, 513, 257)])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
+def test_triton_gemm_is_correct_on_odd_shapes(shape, dtype):
+    _check_all("triton", linear(*shape, dtype=dtype), limit=2)
+
+
+def test_triton_handles_all_transposes_and_batches():
+    for ta in (False, True):
+        for tb in (False, True):
+            p = ProblemKey(op="gemm", dtype="fp16", dims={"m": 96, "n": 80, "k": 72, "batch": 3},
+                           trans_a=ta, trans_b=tb)
+            _check_all("triton", p, limit=1)
+
+
+def test_padded_is_correct_for_unaligned_shapes():
+    _check_all("padded", linear(4095, 4095, 4095), limit=2)
+
+
+def test_engine_probe_on_gpu_is_a_valid_run(engine):
+    run = engine.probe(linear(2048, 2048, 128))
+    backends = {m.candidate.backend for m in run.measurements}
+    assert "vendor-default" in backends and len(run.measurements) <= 8
+    assert run.winner_id is not None and run.compile_ms > 0
+    assert all(m.valid for m in run.measurements), [m.error for m in run.measurements]
+    spec = engine.hardware()
+    assert spec.compute_units > 0 and spec.l2_bytes > 0 and spec.torch_version
+
+
+def test_engine_probe_unaligned_offers_padded(engine):
+    run = engine.probe(linear(4095, 4095, 4095))
+    assert "padded" in {m.candidate.backend for m in run.measurements}
+
+
+@pytest.mark.skipif(not NVIDIA, reason="NVML is NVIDIA only")
+def test_nvml_telemetry_reads_the_device():
+    from agents.telemetry import default_source
+
+    snap = default_source("nvidia").snapshot()
+    assert snap.source == "nvml" and snap.temperature_c is not None
+    assert snap.sm_clock_mhz is not None
+
+
+GREEN = """
+import json, sys, torch
+from agents.probe.device import open_device
+from agents.probe.hardware import detect_hardware
+limit = int(sys.argv[1]) or None
+dev = open_device("cuda", sm_limit=limit)
+s = dev.stream or torch.cuda.current_stream()
+a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+with torch.cuda.stream(s):
+    for _ in range(3): a @ b
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=dev.stream):
+        for _ in range(5): a @ b
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record(s); g.replay(); e1.record(s)
+e1.synchronize()
+print(json.dumps({"ms": e0.elapsed_time(e1) / 5, "unit_limit": detect_hardware(dev).unit_limit}))
+"""
+
+
+@pytest.mark.skipif(not NVIDIA, reason="green contexts are CUDA only")
+def test_green_context_limits_sms_one_context_per_process():
+    def time_with(limit):
+        out = subprocess.run([sys.executable, "-c", GREEN, str(limit)], capture_output=True,
+                             text=True, timeout=300, check=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    full, limited = time_with(0), time_with(16)
+    assert limited["unit_limit"] == 16 and full["unit_limit"] is None
+    assert limited["ms"] > 3 * full["ms"], (full, limited)
+
+
+@pytest.mark.skipif(NVIDIA, reason="hipBLASLt and rocBLAS run on ROCm hosts only")
+def test_tunableop_solutions_on_rocm():
+    _check_all("hipblaslt", linear(1024, 1024, 1024), limit=1)
