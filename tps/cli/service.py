@@ -1,9 +1,173 @@
-"""Commands of this domain."""
+"""Commands of the service: serve, demo, db, token, bench.
+
+The service's modules are imported inside the commands, so `tps --help` works with only
+the core installed.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+from enum import StrEnum
+from typing import Annotated
+
 import typer
+from rich.console import Console
+
+console = Console()
+
+DatabaseUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--database-url",
+        help="Postgres URL; default TPS_DATABASE_URL, else the embedded server",
+        show_default=False,
+    ),
+]
+
+
+class RoleName(StrEnum):
+    agent = "agent"
+    admin = "admin"
+
+
+def _database_url(url: str | None) -> str:
+    from services.profiler_api.db import resolve_database_url
+    from services.profiler_api.settings import Settings
+
+    settings = Settings()
+    if url:
+        settings = settings.model_copy(update={"database_url": url})
+    return resolve_database_url(settings)
+
+
+def serve(
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
+    workers: Annotated[int, typer.Option(min=1, help="uvicorn worker processes")] = 1,
+    migrate: Annotated[
+        bool | None,
+        typer.Option(help="upgrade the schema first (default: only on the embedded server)"),
+    ] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Run the TPS service (FastAPI on uvicorn); OpenAPI docs at /docs."""
+    import uvicorn
+
+    from services.profiler_api import migrate as migrations
+
+    embedded = not (database_url or os.environ.get("TPS_DATABASE_URL"))
+    url = _database_url(database_url)
+    if migrate if migrate is not None else embedded:
+        migrations.upgrade(url)
+    os.environ["TPS_DATABASE_URL"] = url  # the workers read it through Settings
+    console.print(f"TPS service on http://{host}:{port} (docs at /docs)")
+    uvicorn.run(
+        "services.profiler_api.app:create_app",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        access_log=False,
+    )
+
+
+def demo() -> None:
+    """Start a service on the embedded Postgres, push probe runs, and read priors back."""
+    from services.profiler_api.demo import run_demo
+
+    run_demo(console)
+
+
+def db_upgrade(
+    revision: Annotated[str, typer.Argument(help="target revision")] = "head",
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Upgrade the database schema (Alembic)."""
+    from services.profiler_api import migrate
+
+    url = _database_url(database_url)
+    migrate.upgrade(url, revision)
+    console.print(f"schema at {migrate.current(url) or 'base'}")
+
+
+def db_downgrade(
+    revision: Annotated[str, typer.Argument(help="target revision, e.g. -1 or base")] = "-1",
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Downgrade the database schema (Alembic)."""
+    from services.profiler_api import migrate
+
+    url = _database_url(database_url)
+    migrate.downgrade(url, revision)
+    console.print(f"schema at {migrate.current(url) or 'base'}")
+
+
+def db_current(database_url: DatabaseUrl = None) -> None:
+    """Print the schema revision of the database."""
+    from services.profiler_api import migrate
+
+    console.print(migrate.current(_database_url(database_url)) or "base (no schema)")
+
+
+def token_create(
+    org: Annotated[str, typer.Option(help="organisation; created when new")],
+    role: Annotated[RoleName, typer.Option(help="agent: ingest and read; admin: everything")],
+    name: Annotated[str | None, typer.Option(help="a label for the token")] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Create a bearer token and print it once; only its hash is stored."""
+    from sqlalchemy.orm import Session
+
+    from services.profiler_api.auth.service import Role, create_token
+    from services.profiler_api.db import make_engine
+    from services.profiler_api.settings import Settings
+
+    engine = make_engine(_database_url(database_url), Settings())
+    try:
+        with Session(engine) as session, session.begin():
+            token = create_token(session, org=org, role=Role(role.value), name=name)
+    finally:
+        engine.dispose()
+    console.print(f"[dim]{role.value} token for {org} (shown once):[/dim]", highlight=False)
+    typer.echo(token)
+
+
+def bench_ingest(
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    database_url: DatabaseUrl = None,
+    runs: Annotated[int, typer.Option(min=1, help="probe runs to push")] = 6000,
+    clients: Annotated[int, typer.Option(min=1, help="concurrent HTTP clients")] = 4,
+    batch_runs: Annotated[int, typer.Option(min=1, max=1000, help="runs per request")] = 200,
+    workers: Annotated[int, typer.Option(min=1, help="service worker processes")] = 1,
+    gzip: Annotated[bool, typer.Option(help="gzip the request bodies")] = False,
+    seed: Annotated[int, typer.Option(help="seed of the generated fleet")] = 0,
+) -> None:
+    """Time ingest over HTTP against a raw COPY of the same rows into the same tables."""
+    from services.profiler_api.bench import IngestBenchConfig, run_ingest_bench
+
+    config = IngestBenchConfig(
+        runs=runs, clients=clients, batch_runs=batch_runs, workers=workers, gzip=gzip, seed=seed
+    )
+    result = run_ingest_bench(_database_url(database_url), config, log=None if as_json else console)
+    if as_json:
+        typer.echo(json.dumps(result))
+    else:
+        console.print_json(data=result)
 
 
 def register(app: typer.Typer) -> None:
     """Add this domain's commands to `app`."""
+    app.command()(serve)
+    app.command()(demo)
+    db_app = typer.Typer(no_args_is_help=True, help="Manage the database schema.")
+    db_app.command("upgrade")(db_upgrade)
+    db_app.command("downgrade")(db_downgrade)
+    db_app.command("current")(db_current)
+    app.add_typer(db_app, name="db")
+    token_app = typer.Typer(no_args_is_help=True, help="Manage bearer tokens.")
+    token_app.command("create")(token_create)
+    app.add_typer(token_app, name="token")
+    bench_app = typer.Typer(no_args_is_help=True, help="Measure the service.")
+    bench_app.command("ingest")(bench_ingest)
+    app.add_typer(bench_app, name="bench")

@@ -1,0 +1,65 @@
+"""The FastAPI application factory."""
+
+from __future__ import annotations
+
+import gc
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
+
+from services.profiler_api.auth.router import router as auth_router
+from services.profiler_api.db import make_engine, make_session_factory, resolve_database_url
+from services.profiler_api.errors import install_error_handlers
+from services.profiler_api.fleet.router import router as fleet_router
+from services.profiler_api.ingest.router import router as ingest_router
+from services.profiler_api.metrics import RequestMetricsMiddleware, ServiceMetrics
+from services.profiler_api.ops.router import router as ops_router
+from services.profiler_api.priors.router import router as priors_router
+from services.profiler_api.priors.service import PriorService
+from services.profiler_api.priors.sources import build_prior_sources
+from services.profiler_api.settings import Settings
+from tps import __version__
+
+log = logging.getLogger(__name__)
+
+ROUTERS = (ops_router, ingest_router, priors_router, fleet_router, auth_router)
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    settings: Settings = app.state.settings
+    url = await run_in_threadpool(resolve_database_url, settings)
+    engine = make_engine(url, settings)
+    app.state.engine = engine
+    app.state.session_factory = make_session_factory(engine)
+    gc.collect()
+    gc.freeze()  # long-lived startup objects leave the collector's working set
+    gc.set_threshold(settings.gc_threshold, 20, 20)
+    log.info("TPS service ready (database %s)", engine.url.render_as_string(hide_password=True))
+    try:
+        yield
+    finally:
+        engine.dispose()
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build one service replica; the database is opened when the app starts."""
+    settings = settings or Settings()
+    app = FastAPI(
+        title="TPS, the TunableOp Profiling Service",
+        version=__version__,
+        summary="Fleet-wide probe logs in, ranked kernel candidates out.",
+        lifespan=_lifespan,
+    )
+    metrics = ServiceMetrics()
+    app.state.settings = settings
+    app.state.metrics = metrics
+    app.state.prior_service = PriorService(build_prior_sources(settings))
+    install_error_handlers(app)
+    for router in ROUTERS:
+        app.include_router(router)
+    app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
+    return app

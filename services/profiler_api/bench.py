@@ -1,0 +1,163 @@
+"""The ingest benchmark: HTTP ingest against a raw COPY of the same rows into the same tables.
+
+Both phases run on a fresh scratch database of the given server. The raw COPY is the
+floor of what storing the rows costs (one COPY per table, one transaction, no parsing, no
+aggregates); the HTTP phase is what an agent fleet gets: JSON over HTTP, validation,
+idempotency, aggregates, all or nothing per batch.
+"""
+
+from __future__ import annotations
+
+import gzip as gzip_module
+import logging
+import os
+import platform
+import queue
+import threading
+import time
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import psycopg
+from rich.console import Console
+from sqlalchemy.orm import Session
+
+from services.profiler_api import migrate
+from services.profiler_api.auth.repository import upsert_organisation
+from services.profiler_api.auth.service import Role, create_token
+from services.profiler_api.db import libpq_url, make_engine, scratch_database
+from services.profiler_api.ingest import repository
+from services.profiler_api.ingest.service import IngestPlan
+from services.profiler_api.runner import running_service
+from services.profiler_api.settings import Settings
+from services.profiler_api.synthetic import FleetSimulator
+from tps.schemas import ProbeRun, ProbeRunBatch
+
+
+@dataclass(frozen=True)
+class IngestBenchConfig:
+    runs: int = 6000
+    clients: int = 4
+    batch_runs: int = 200
+    workers: int = 1
+    gzip: bool = False
+    seed: int = 0
+
+
+def _bodies(runs: list[ProbeRun], config: IngestBenchConfig) -> list[bytes]:
+    bodies = []
+    for start in range(0, len(runs), config.batch_runs):
+        body = ProbeRunBatch(runs=runs[start : start + config.batch_runs]).model_dump_json()
+        data = body.encode()
+        bodies.append(gzip_module.compress(data, 1) if config.gzip else data)
+    return bodies
+
+
+def time_raw_copy(url: str, plan: IngestPlan) -> float:
+    """Return the seconds one transaction takes to COPY the plan's rows into the tables."""
+    measurement_rows = list(plan.measurement_rows())
+    with psycopg.connect(libpq_url(url)) as conn:
+        started = time.perf_counter()
+        repository.copy_rows(conn, "hardware", repository.HARDWARE_COLUMNS, plan.hardware.values())
+        repository.copy_rows(conn, "problems", repository.PROBLEM_COLUMNS, plan.problems.values())
+        repository.copy_rows(
+            conn, "candidates", repository.CANDIDATE_COLUMNS, plan.candidates.values()
+        )
+        repository.copy_rows(conn, "probe_runs", repository.RUN_COLUMNS, plan.run_rows())
+        repository.copy_measurements(conn, measurement_rows)
+        conn.commit()
+        elapsed = time.perf_counter() - started
+        repository.truncate_ingested(conn)
+        conn.commit()
+    return elapsed
+
+
+def time_http_ingest(
+    base_url: str, token: str, bodies: list[bytes], *, clients: int, gzip: bool
+) -> float:
+    """Return the seconds `clients` concurrent clients take to push every body."""
+    work: queue.Queue[bytes] = queue.Queue()
+    for body in bodies:
+        work.put(body)
+    failures: list[str] = []
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    if gzip:
+        headers["Content-Encoding"] = "gzip"
+
+    def client() -> None:
+        with httpx.Client(base_url=base_url, headers=headers, timeout=120.0) as http:
+            while True:
+                try:
+                    body = work.get_nowait()
+                except queue.Empty:
+                    return
+                response = http.post("/v1/probe-runs", content=body)
+                if response.status_code != 200:
+                    failures.append(f"{response.status_code}: {response.text[:500]}")
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    if failures:
+        raise RuntimeError(f"{len(failures)} batches failed, first: {failures[0]}")
+    return elapsed
+
+
+def run_ingest_bench(
+    database_url: str, config: IngestBenchConfig, *, log: Console | None = None
+) -> dict[str, Any]:
+    """Run both phases on a scratch database next to `database_url`; return the figures."""
+
+    def say(message: str) -> None:
+        if log is not None:
+            log.print(message)
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    say(f"generating {config.runs} probe runs")
+    runs = list(FleetSimulator(seed=config.seed).runs(config.runs))
+    measurements = sum(len(run.measurements) for run in runs)
+    bodies = _bodies(runs, config)
+    with scratch_database(database_url, prefix="tps_bench") as url:
+        migrate.upgrade(url)
+        engine = make_engine(url, Settings())
+        with Session(engine) as session, session.begin():
+            token = create_token(session, org="bench", role=Role.AGENT)
+            org_id = upsert_organisation(session, "bench")
+        engine.dispose()
+        plan = IngestPlan.from_batch(ProbeRunBatch.model_construct(runs=runs), org_id=org_id)
+        say(f"raw COPY of {measurements} measurements")
+        copy_s = time_raw_copy(url, plan)
+        say(f"HTTP ingest with {config.clients} clients, {len(bodies)} batches")
+        with running_service(url, workers=config.workers) as service:
+            http_s = time_http_ingest(
+                service.base_url, token, bodies, clients=config.clients, gzip=config.gzip
+            )
+        with psycopg.connect(libpq_url(url)) as conn:
+            stored = conn.execute("SELECT count(*) FROM measurements").fetchone()
+            server_version = conn.info.server_version
+        if stored is None or stored[0] != measurements:
+            raise RuntimeError(f"stored {stored} measurements, expected {measurements}")
+    ingest_per_s = measurements / http_s
+    copy_per_s = measurements / copy_s
+    return {
+        "ingest_per_s": round(ingest_per_s),
+        "copy_per_s": round(copy_per_s),
+        "ratio": round(ingest_per_s / copy_per_s, 3),
+        "runs": config.runs,
+        "measurements": measurements,
+        "batches": len(bodies),
+        "body_mib": round(sum(map(len, bodies)) / 2**20, 1),
+        "http_s": round(http_s, 3),
+        "copy_s": round(copy_s, 3),
+        "config": asdict(config),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "postgres": server_version,
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+    }

@@ -1,0 +1,84 @@
+"""POST /v1/probe-runs."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Request
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
+
+from services.profiler_api.deps import AgentDep, MetricsDep, SessionDep, SettingsDep
+from services.profiler_api.errors import APIError
+from services.profiler_api.ingest import service
+from services.profiler_api.ingest.body import check_encoding, inflate, read_raw
+from services.profiler_api.ingest.readback import load_run
+from services.profiler_api.metrics import ServiceMetrics
+from tps.schemas import IngestResult, ProbeRun, ProbeRunBatch
+
+router = APIRouter(prefix="/v1", tags=["ingest"])
+
+
+def _decode_and_ingest(
+    chunks: list[bytes],
+    *,
+    encoding: str,
+    limit: int,
+    session: Session,
+    org_id: int,
+    metrics: ServiceMetrics,
+) -> IngestResult:
+    body = inflate(chunks, encoding=encoding, limit=limit)
+    metrics.ingest_bytes.labels("inflated").inc(len(body))
+    return service.ingest(session, body, org_id=org_id, metrics=metrics)
+
+
+@router.post(
+    "/probe-runs",
+    response_model=IngestResult,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": ProbeRunBatch.model_json_schema()}},
+        }
+    },
+    summary="Store a batch of probe runs (idempotent by run id, all or nothing)",
+)
+async def post_probe_runs(
+    request: Request,
+    session: SessionDep,
+    principal: AgentDep,
+    settings: SettingsDep,
+    metrics: MetricsDep,
+    content_encoding: Annotated[str | None, Header()] = None,
+) -> IngestResult:
+    """Store up to 1000 probe runs; JSON, optionally gzip-encoded (32 MiB once inflated)."""
+    limit = settings.max_body_bytes
+    try:
+        encoding = check_encoding(content_encoding)
+        chunks = await read_raw(request.stream(), limit=limit)
+        metrics.ingest_bytes.labels("received").inc(sum(map(len, chunks)))
+        # Inflating, parsing and writing are CPU and database work: off the event loop.
+        result = await run_in_threadpool(
+            _decode_and_ingest,
+            chunks,
+            encoding=encoding,
+            limit=limit,
+            session=session,
+            org_id=principal.org_id,
+            metrics=metrics,
+        )
+    except APIError as exc:
+        metrics.ingest_rejected.labels(str(exc.status_code)).inc()
+        raise
+    metrics.ingest_runs.labels("accepted").inc(result.accepted)
+    metrics.ingest_runs.labels("duplicate").inc(result.duplicates)
+    metrics.ingest_measurements.inc(result.measurements)
+    return result
+
+
+@router.get("/probe-runs/{run_id}", response_model=ProbeRun, summary="Read a stored probe run back")
+def get_probe_run(run_id: uuid.UUID, session: SessionDep, principal: AgentDep) -> ProbeRun:
+    """Return a probe run sent by the caller's organisation (any run for an admin)."""
+    return load_run(session, run_id, principal=principal)

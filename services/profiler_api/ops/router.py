@@ -1,0 +1,34 @@
+"""Liveness, readiness and Prometheus metrics; no token needed."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from sqlalchemy import text
+
+from services.profiler_api.deps import MetricsDep
+from services.profiler_api.errors import ServiceUnavailable
+
+router = APIRouter(tags=["ops"])
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    """Report that the process serves requests."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+def readyz(request: Request) -> dict[str, str]:
+    """Report whether the database answers and its schema is migrated."""
+    try:
+        with request.app.state.session_factory() as session:
+            revision = session.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    except Exception as exc:  # any failure means not ready; the reason goes to the caller
+        raise ServiceUnavailable(f"database not ready: {type(exc).__name__}: {exc}") from exc
+    return {"status": "ready", "schema": str(revision)}
+
+
+@router.get("/metrics", response_class=Response)
+def metrics(metrics: MetricsDep) -> Response:
+    """Expose the replica's metrics in Prometheus text format."""
+    return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

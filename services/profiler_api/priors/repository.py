@@ -1,0 +1,70 @@
+"""SQL of priors: the observed aggregates and the keys they are filed under."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from services.profiler_api.orm import CandidateRow, CandidateStats, Hardware, Problem
+
+
+@dataclass(frozen=True)
+class ObservedCandidate:
+    candidate_id: str
+    backend: str
+    params: dict[str, Any]
+    runs: int
+    valid_measurements: int
+    samples: int
+    sum_log_median: float
+    sum_sq_log_median: float
+
+
+def hardware_spec(session: Session, fingerprint: str) -> dict[str, Any] | None:
+    """Return the stored spec of a hardware fingerprint, or None."""
+    return session.execute(
+        select(Hardware.spec).where(Hardware.fingerprint == fingerprint)
+    ).scalar_one_or_none()
+
+
+def problems_matching(
+    session: Session, *, hash_or_canonical: str
+) -> list[tuple[str, dict[str, Any]]]:
+    """Return (hash, key) of the problems with this hash or canonical string."""
+    rows = session.execute(
+        select(Problem.hash, Problem.key)
+        .where((Problem.hash == hash_or_canonical) | (Problem.canonical == hash_or_canonical))
+        .limit(2)
+    ).all()
+    return [(row[0], row[1]) for row in rows]
+
+
+def observed_candidates(
+    session: Session, *, hardware_id: str, problem_id: str, limit: int
+) -> list[ObservedCandidate]:
+    """Return the candidates with valid observations, fastest geometric-mean median first."""
+    stats = CandidateStats
+    rows = session.execute(
+        select(
+            stats.candidate_id,
+            CandidateRow.backend,
+            CandidateRow.params,
+            stats.runs,
+            stats.valid_measurements,
+            stats.samples,
+            stats.sum_log_median,
+            stats.sum_sq_log_median,
+        )
+        .join(CandidateRow, CandidateRow.id == stats.candidate_id)
+        .where(
+            stats.hardware_id == hardware_id,
+            stats.problem_id == problem_id,
+            stats.valid_measurements > 0,
+        )
+        .order_by(stats.sum_log_median / stats.valid_measurements, stats.candidate_id)
+        .limit(limit)
+    ).all()
+    return [ObservedCandidate(*row) for row in rows]

@@ -1,0 +1,100 @@
+"""Run the service in a uvicorn subprocess on a free localhost port (demo, bench, tests)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from tps.errors import TPSError
+
+APP_FACTORY = "services.profiler_api.app:create_app"
+
+
+class ServiceStartError(TPSError):
+    """The service process exited or did not become ready in time."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """Return a TCP port that is free on `host` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class RunningService:
+    base_url: str
+    pid: int
+    log_path: Path
+
+    def log(self) -> str:
+        """Return what the service wrote so far."""
+        return self.log_path.read_text(errors="replace")
+
+
+def _wait_ready(
+    process: subprocess.Popen[bytes], base_url: str, log_path: Path, deadline: float
+) -> None:
+    with httpx.Client(timeout=2.0) as client:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise ServiceStartError(
+                    f"service exited with {process.returncode}:\n{log_path.read_text()[-4000:]}"
+                )
+            try:
+                if client.get(f"{base_url}/readyz").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+    raise ServiceStartError(f"service not ready in time:\n{log_path.read_text()[-4000:]}")
+
+
+@contextmanager
+def running_service(
+    database_url: str,
+    *,
+    workers: int = 1,
+    port: int | None = None,
+    env: dict[str, str] | None = None,
+    startup_timeout_s: float = 60.0,
+) -> Iterator[RunningService]:
+    """Start the service against an already migrated database; stop it on exit."""
+    port = port or free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    command = [
+        sys.executable, "-m", "uvicorn", "--factory", APP_FACTORY,
+        "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
+        "--log-level", "warning", "--no-access-log",
+    ]  # fmt: skip
+    child_env = {**os.environ, **(env or {}), "TPS_DATABASE_URL": database_url}
+    with tempfile.NamedTemporaryFile(prefix="tps-service-", suffix=".log", delete=False) as log:
+        log_path = Path(log.name)
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(
+            command,
+            env=child_env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        _wait_ready(process, base_url, log_path, time.monotonic() + startup_timeout_s)
+        yield RunningService(base_url=base_url, pid=process.pid, log_path=log_path)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

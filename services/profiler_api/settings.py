@@ -1,0 +1,34 @@
+"""The service's settings, read once from TPS_* environment variables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import platformdirs
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MIB = 1024 * 1024
+
+
+def default_data_dir() -> Path:
+    """Return where the embedded Postgres keeps its data between runs."""
+    return platformdirs.user_data_path("tps") / "postgres"
+
+
+class Settings(BaseSettings):
+    """Everything one service replica needs to know; env prefix `TPS_`."""
+
+    model_config = SettingsConfigDict(env_prefix="TPS_", extra="ignore")
+
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL of Postgres; unset starts an embedded server (pgserver)",
+    )
+    data_dir: Path = Field(default_factory=default_data_dir)
+    max_body_bytes: int = Field(default=32 * MIB, gt=0, description="after decompression")
+    db_pool_size: int = Field(default=8, gt=0)
+    db_max_overflow: int = Field(default=8, ge=0)
+    prior_sources: list[str] = Field(default_factory=lambda: ["observed"])
+    # Ingest allocates many small objects; fewer young-generation collections keep it fast.
+    gc_threshold: int = Field(default=50_000, gt=0)

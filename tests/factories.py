@@ -1,0 +1,104 @@
+"""Builders of valid domain objects and wire bodies; tests override what they care about."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import secrets
+import uuid
+from typing import Any
+
+from tps.candidate import VENDOR_DEFAULT, Candidate
+from tps.hardware import HardwareSpec
+from tps.problem import ProblemKey
+from tps.schemas import Measurement, ProbeRun, ProbeRunBatch, Telemetry
+
+
+def hardware_spec(**overrides: Any) -> HardwareSpec:
+    fields: dict[str, Any] = {
+        "vendor": "nvidia",
+        "arch": "sm_90",
+        "name": "NVIDIA H200",
+        "compute_units": 132,
+        "l2_bytes": 50 * 2**20,
+        "mem_bandwidth_gbs": 4800.0,
+        "memory_bytes": 141 * 2**30,
+        "peak_tflops": {"bf16": 989.4, "fp16": 989.4, "fp32": 66.9},
+        "clock_mhz": 1980.0,
+        "warp_size": 32,
+        "smem_per_unit_bytes": 228 * 1024,
+        "driver_version": "580.65",
+        "blas_version": "13.0.2",
+        "torch_version": "2.11.0",
+    }
+    return HardwareSpec(**{**fields, **overrides})
+
+
+def gemm_problem(m: int = 4096, n: int = 4096, k: int = 4096, **overrides: Any) -> ProblemKey:
+    return ProblemKey(
+        **{"op": "gemm", "dtype": "bf16", "dims": {"m": m, "n": n, "k": k}, **overrides}
+    )
+
+
+def unique_problem() -> ProblemKey:
+    """Return a GEMM no other test uses, so tests sharing a live database stay independent."""
+    return gemm_problem(m=secrets.randbelow(2**20) + 1, n=8192, k=1024)
+
+
+def cublaslt(algo: int, **params: Any) -> Candidate:
+    return Candidate(backend="cublaslt", params={"algo_id": algo, "tile": "128x128", **params})
+
+
+def measurement(
+    candidate: Candidate = VENDOR_DEFAULT, median_us: float = 100.0, **overrides: Any
+) -> Measurement:
+    fields: dict[str, Any] = {
+        "candidate": candidate,
+        "median_us": median_us,
+        "p10_us": median_us * 0.98,
+        "p90_us": median_us * 1.03,
+        "std_us": median_us * 0.01,
+        "samples": 20,
+        "outliers_rejected": 1,
+    }
+    return Measurement(**{**fields, **overrides})
+
+
+def probe_run(
+    *,
+    hardware: HardwareSpec | None = None,
+    problem: ProblemKey | None = None,
+    latencies: list[tuple[Candidate, float]] | None = None,
+    measurements: list[Measurement] | None = None,
+    **overrides: Any,
+) -> ProbeRun:
+    """Return a probe run; `latencies` pairs candidates with their median µs."""
+    if measurements is None:
+        latencies = latencies or [
+            (VENDOR_DEFAULT, 120.0),
+            (cublaslt(1), 100.0),
+            (cublaslt(2), 140.0),
+        ]
+        measurements = [measurement(c, us) for c, us in latencies]
+    fields: dict[str, Any] = {
+        "run_id": uuid.uuid4(),
+        "host_id": secrets.token_hex(16),
+        "hardware": hardware or hardware_spec(),
+        "problem": problem or unique_problem(),
+        "measurements": measurements,
+        "budget_ms": 12.5,
+        "telemetry": Telemetry(source="nvml", temperature_c=51.0, utilization_pct=3.0),
+        "agent_version": "0.1.0",
+    }
+    return ProbeRun(**{**fields, **overrides})
+
+
+def batch_body(runs: list[ProbeRun], *, compress: bool = False) -> bytes:
+    """Return the JSON body of a batch, gzip-compressed when asked."""
+    body = ProbeRunBatch(runs=runs).model_dump_json().encode()
+    return gzip.compress(body) if compress else body
+
+
+def batch_dict(runs: list[ProbeRun]) -> dict[str, Any]:
+    """Return a batch as plain JSON data, for tests that break it on purpose."""
+    return json.loads(batch_body(runs))

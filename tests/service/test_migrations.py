@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import psycopg
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import create_engine, pool
+
+from services.profiler_api import migrate
+from services.profiler_api.db import libpq_url, scratch_database
+from services.profiler_api.orm import Base
+
+TABLES = {
+    "organisations",
+    "tokens",
+    "hardware",
+    "problems",
+    "candidates",
+    "probe_runs",
+    "measurements",
+    "candidate_stats",
+}
+
+
+def _tables(url: str) -> set[str]:
+    with psycopg.connect(libpq_url(url)) as conn:
+        rows = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+        ).fetchall()
+    return {row[0] for row in rows} - {"alembic_version"}
+
+
+def test_migrations_upgrade_and_downgrade_cleanly(postgres_server_url: str) -> None:
+    with scratch_database(postgres_server_url, prefix="tps_migrations") as url:
+        migrate.upgrade(url)
+        assert _tables(url) == TABLES
+        assert migrate.current(url).startswith("0001")
+        migrate.downgrade(url, "base")
+        assert _tables(url) == set()
+        assert migrate.current(url) == ""
+        migrate.upgrade(url)  # and back up again, from nothing
+        assert _tables(url) == TABLES
+
+
+def test_migrations_match_the_orm(migrated_database_url: str) -> None:
+    engine = create_engine(migrated_database_url, poolclass=pool.NullPool)
+    with engine.connect() as connection:
+        diff = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+    engine.dispose()
+    assert diff == []

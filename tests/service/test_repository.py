@@ -1,0 +1,106 @@
+"""Ingest storage inside a rolled-back transaction: the aggregates and their arithmetic."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from services.profiler_api.auth.repository import upsert_organisation
+from services.profiler_api.ingest.service import IngestPlan, parse_batch, store
+from services.profiler_api.orm import CandidateStats, MeasurementRow, ProbeRunRow
+from services.profiler_api.priors.sources import ObservedPriors, PriorQuery, observed_confidence
+from tests.factories import (
+    batch_body,
+    cublaslt,
+    hardware_spec,
+    measurement,
+    probe_run,
+    unique_problem,
+)
+from tps.candidate import VENDOR_DEFAULT
+
+
+def _store(session: Session, runs: list) -> None:
+    org_id = upsert_organisation(session, "test-org")
+    plan = IngestPlan.from_batch(parse_batch(batch_body(runs)), org_id=org_id)
+    store(session, plan)
+
+
+def test_aggregates_add_up_across_batches(db_session: Session) -> None:
+    hardware, problem = hardware_spec(), unique_problem()
+    candidate = cublaslt(3)
+    medians = [10.0, 20.0, 40.0]
+    for median in medians:
+        _store(
+            db_session,
+            [probe_run(hardware=hardware, problem=problem, latencies=[(candidate, median)])],
+        )
+    stats = db_session.execute(
+        select(CandidateStats).where(CandidateStats.candidate_id == candidate.id)
+    ).scalar_one()
+    assert (stats.runs, stats.valid_measurements, stats.samples) == (3, 3, 60)
+    assert math.isclose(math.exp(stats.sum_log_median / 3), 20.0)
+    assert (stats.min_median_us, stats.max_median_us) == (10.0, 40.0)
+
+
+def test_invalid_measurements_count_as_runs_but_not_latency(db_session: Session) -> None:
+    problem = unique_problem()
+    run = probe_run(
+        problem=problem,
+        measurements=[
+            measurement(VENDOR_DEFAULT, 30.0),
+            measurement(cublaslt(9), 5.0, valid=False, error="nan in output"),
+        ],
+    )
+    _store(db_session, [run])
+    stats = db_session.execute(
+        select(CandidateStats).where(
+            CandidateStats.problem_id == problem.key_hash(),
+            CandidateStats.candidate_id == cublaslt(9).id,
+        )
+    ).scalar_one()
+    assert (stats.runs, stats.valid_measurements, stats.min_median_us) == (1, 0, None)
+    prior = ObservedPriors().rank(db_session, PriorQuery.of(run.hardware, problem))
+    assert [c.candidate_id for c in prior.candidates] == [VENDOR_DEFAULT.id]
+
+
+def test_rolled_back_transaction_leaves_nothing(db_session: Session) -> None:
+    run = probe_run()
+    _store(db_session, [run])
+    db_session.rollback()
+    count = db_session.execute(
+        select(func.count()).select_from(ProbeRunRow).where(ProbeRunRow.run_id == run.run_id)
+    ).scalar_one()
+    assert count == 0
+    assert (
+        db_session.execute(
+            select(func.count())
+            .select_from(MeasurementRow)
+            .where(MeasurementRow.run_id == run.run_id)
+        ).scalar_one()
+        == 0
+    )
+
+
+@pytest.mark.parametrize(
+    "n, logs, expected",
+    [(1, [math.log(10.0)], 0.5), (9, [math.log(10.0)] * 9, 0.9)],
+)
+def test_confidence_grows_with_observations(n: int, logs: list[float], expected: float) -> None:
+    confidence = observed_confidence(
+        valid_measurements=n, sum_log=sum(logs), sum_sq_log=sum(x * x for x in logs)
+    )
+    assert math.isclose(confidence, expected, rel_tol=1e-3)
+
+
+def test_confidence_shrinks_with_spread() -> None:
+    steady = [math.log(10.0)] * 4
+    noisy = [math.log(v) for v in (5.0, 10.0, 20.0, 10.0)]
+    assert observed_confidence(
+        valid_measurements=4, sum_log=sum(noisy), sum_sq_log=sum(x * x for x in noisy)
+    ) < observed_confidence(
+        valid_measurements=4, sum_log=sum(steady), sum_sq_log=sum(x * x for x in steady)
+    )
