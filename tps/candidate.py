@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from functools import cached_property, lru_cache
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,7 +20,7 @@ class Candidate(BaseModel):
     backend: str = Field(min_length=1, max_length=64)
     params: dict[str, ParamValue] = Field(default_factory=dict)
 
-    @property
+    @cached_property
     def id(self) -> str:
         return candidate_id(self.backend, self.params)
 
@@ -33,6 +34,22 @@ class Candidate(BaseModel):
 
 def candidate_id(backend: str, params: dict[str, Any]) -> str:
     """Hash backend and params into a 16-hex-digit id, independent of any heuristic rank."""
+    # Types are part of the key: 1, 1.0 and True are equal in Python, not in JSON.
+    items = tuple(params.items())
+    try:
+        return _cached_candidate_id(backend, items, tuple(map(type, params.values())))
+    except TypeError:  # an unhashable value; rare enough to hash every time
+        return _hash_candidate(backend, params)
+
+
+@lru_cache(maxsize=65536)
+def _cached_candidate_id(
+    backend: str, items: tuple[tuple[str, Any], ...], _types: tuple[type, ...]
+) -> str:
+    return _hash_candidate(backend, dict(items))
+
+
+def _hash_candidate(backend: str, params: dict[str, Any]) -> str:
     payload = json.dumps({"backend": backend, "params": params}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
