@@ -1,0 +1,41 @@
+"""The service's commands, end to end on the session's Postgres."""
+
+from __future__ import annotations
+
+import io
+import json
+
+from rich.console import Console
+from typer.testing import CliRunner
+
+from services.profiler_api.bench import IngestBenchConfig, run_ingest_bench
+from services.profiler_api.demo import run_demo
+from services.profiler_api.settings import Settings
+from tps.cli import app
+
+
+def test_db_current_reports_the_head(migrated_database_url: str) -> None:
+    result = CliRunner().invoke(app, ["db", "current", "--database-url", migrated_database_url])
+    assert result.exit_code == 0, result.output
+    assert "0001" in result.output
+
+
+def test_demo_pushes_runs_and_reads_priors(postgres_server_url: str) -> None:
+    from services.profiler_api.db import scratch_database
+
+    out = io.StringIO()
+    with scratch_database(postgres_server_url, prefix="tps_demo") as url:
+        ctx = run_demo(Console(file=out, width=120), settings=Settings(database_url=url))
+    text = out.getvalue()
+    assert len(ctx.runs) == 400
+    assert "400 accepted" in text
+    assert text.count("source: observed") == 3
+
+
+def test_bench_ingest_reports_both_rates(postgres_server_url: str) -> None:
+    config = IngestBenchConfig(runs=60, clients=2, batch_runs=20)
+    result = run_ingest_bench(postgres_server_url, config)
+    json.dumps(result)
+    assert result["ingest_per_s"] > 0 and result["copy_per_s"] > 0
+    assert result["ratio"] == round(result["ingest_per_s"] / result["copy_per_s"], 3)
+    assert 60 * 8 <= result["measurements"] <= 60 * 64
