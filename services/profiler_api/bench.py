@@ -109,6 +109,18 @@ def time_http_ingest(
     return elapsed
 
 
+def _cpu_seconds(pid: int) -> float:
+    """Return the CPU seconds used so far by process `pid` and its children (the workers)."""
+    import psutil  # a dependency of pgserver
+
+    process = psutil.Process(pid)
+    total = 0.0
+    for member in (process, *process.children(recursive=True)):
+        times = member.cpu_times()
+        total += times.user + times.system
+    return total
+
+
 def run_ingest_bench(
     database_url: str, config: IngestBenchConfig, *, log: Console | None = None
 ) -> dict[str, Any]:
@@ -118,7 +130,8 @@ def run_ingest_bench(
         if log is not None:
             log.print(message)
 
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    for noisy in ("httpx", "alembic"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     say(f"generating {config.runs} probe runs")
     runs = list(FleetSimulator(seed=config.seed).runs(config.runs))
     measurements = sum(len(run.measurements) for run in runs)
@@ -134,10 +147,13 @@ def run_ingest_bench(
         say(f"raw COPY of {measurements} measurements")
         copy_s = time_raw_copy(url, plan)
         say(f"HTTP ingest with {config.clients} clients, {len(bodies)} batches")
+        load_before = os.getloadavg()[0]
         with running_service(url, workers=config.workers) as service:
+            cpu_before = _cpu_seconds(service.pid)
             http_s = time_http_ingest(
                 service.base_url, token, bodies, clients=config.clients, gzip=config.gzip
             )
+            service_cpu_s = _cpu_seconds(service.pid) - cpu_before
         with psycopg.connect(libpq_url(url)) as conn:
             stored = conn.execute("SELECT count(*) FROM measurements").fetchone()
             server_version = conn.info.server_version
@@ -154,6 +170,9 @@ def run_ingest_bench(
         "batches": len(bodies),
         "body_mib": round(sum(map(len, bodies)) / 2**20, 1),
         "http_s": round(http_s, 3),
+        # Where the time goes: the service's CPU per measurement, and how busy the box was.
+        "service_cpu_us_per_measurement": round(service_cpu_s / measurements * 1e6, 1),
+        "load_avg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "copy_s": round(copy_s, 3),
         "config": asdict(config),
         "cpus": os.cpu_count(),

@@ -7,6 +7,7 @@ the core installed.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from enum import StrEnum
 from typing import Annotated
@@ -144,6 +145,8 @@ def bench_ingest(
     seed: Annotated[int, typer.Option(help="seed of the generated fleet")] = 0,
 ) -> None:
     """Time ingest over HTTP against a raw COPY of the same rows into the same tables."""
+    if as_json:  # stdout carries the JSON object only
+        logging.getLogger().setLevel(logging.WARNING)
     from services.profiler_api.bench import IngestBenchConfig, run_ingest_bench
 
     config = IngestBenchConfig(
