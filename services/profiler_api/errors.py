@@ -116,9 +116,15 @@ async def _database_busy(_: Request, exc: Exception) -> JSONResponse:
     return _render(ServiceUnavailable(f"database unavailable, retry: {type(exc).__name__}"))
 
 
+async def _value_out_of_range(_: Request, exc: Exception) -> JSONResponse:
+    # The schema bounds most fields; a few (counts) are bounded only by their column.
+    return _render(Unprocessable(f"a value does not fit its column: {exc}".strip()))
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Render every APIError, request validation error and HTTP error the same way."""
     app.add_exception_handler(psycopg.OperationalError, _database_busy)
+    app.add_exception_handler(psycopg.DataError, _value_out_of_range)
     app.add_exception_handler(sqlalchemy.exc.OperationalError, _database_busy)
     app.add_exception_handler(APIError, _api_error)
     app.add_exception_handler(RequestValidationError, _request_validation_error)

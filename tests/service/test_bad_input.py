@@ -153,3 +153,12 @@ def test_bad_query_parameter_is_named(live_service: LiveService) -> None:
         response = client.get("/v1/priors", params={"hardware_id": "x", "problem": "y", "limit": 0})
     assert response.status_code == 422
     assert response.json()["detail"].startswith("limit")
+
+
+def test_a_count_too_large_for_its_column_is_a_422(live_service: LiveService) -> None:
+    batch = batch_dict([probe_run()])
+    batch["runs"][0]["measurements"][2]["outliers_rejected"] = 2**40
+    response = _post(live_service, json.dumps(batch).encode())
+    assert response.status_code == 422, response.text
+    assert "runs.0.measurements.2.outliers_rejected" in response.json()["detail"]
+    assert _nothing_stored(live_service, batch)

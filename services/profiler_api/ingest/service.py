@@ -13,12 +13,14 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
-from services.profiler_api.errors import PayloadTooLarge, from_validation_errors
+from services.profiler_api.errors import PayloadTooLarge, Unprocessable, from_validation_errors
 from services.profiler_api.ingest import repository
 from services.profiler_api.ingest.repository import MeasurementRow, RunRow
 from services.profiler_api.metrics import ServiceMetrics
 from tps.hardware import SOFTWARE_FIELDS
 from tps.schemas import MAX_BATCH_RUNS, IngestResult, ProbeRun, ProbeRunBatch
+
+INT4_MAX = 2**31 - 1
 
 
 def parse_batch(body: bytes) -> ProbeRunBatch:
@@ -58,14 +60,14 @@ class IngestPlan:
     def from_batch(cls, batch: ProbeRunBatch, *, org_id: int) -> IngestPlan:
         """Build the rows of `batch`; a run id repeated inside the batch is a duplicate."""
         plan = cls(org_id=org_id)
-        for run in batch.runs:
+        for index, run in enumerate(batch.runs):
             if run.run_id in plan.runs:
                 plan.repeated.append(run.run_id)
                 continue
-            plan.runs[run.run_id] = plan._add_run(run)
+            plan.runs[run.run_id] = plan._add_run(run, index)
         return plan
 
-    def _add_run(self, run: ProbeRun) -> PlannedRun:
+    def _add_run(self, run: ProbeRun, index: int) -> PlannedRun:
         hardware, problem = run.hardware, run.problem
         fingerprint = hardware.fingerprint()
         if fingerprint not in self.hardware:
@@ -88,7 +90,13 @@ class IngestPlan:
                 problem.model_dump_json(),
             )
         candidate_ids = []
-        for measurement in run.measurements:
+        for ordinal, measurement in enumerate(run.measurements):
+            # Binary COPY would silently wrap a count too large for its int4 column.
+            if measurement.samples > INT4_MAX or measurement.outliers_rejected > INT4_MAX:
+                field = "samples" if measurement.samples > INT4_MAX else "outliers_rejected"
+                raise Unprocessable(
+                    f"runs.{index}.measurements.{ordinal}.{field}: must be at most {INT4_MAX}"
+                )
             candidate = measurement.candidate
             candidate_id = candidate.id
             candidate_ids.append(candidate_id)
