@@ -110,6 +110,11 @@ class ProbeCache:
         self._insert(entry)
         return entry
 
+    def merge(self, entries: list[CacheEntry]) -> None:
+        """Insert entries in order; an entry replaces one with the same key."""
+        for entry in entries:
+            self._insert(entry)
+
     def _insert(self, entry: CacheEntry) -> None:
         key = cache_key(entry.problem, entry.hardware_fingerprint, entry.software_key)
         self._entries[key] = entry
@@ -181,6 +186,8 @@ class ProbeCache:
         data = read_file(path)
         added = 0
         for r in data.results:
+            if not r.op_signature.startswith("GemmTunableOp_"):
+                continue  # bias, batched and scaled GEMMs carry more than a ProblemKey holds
             try:
                 problem = ProblemKey.from_tunableop(r.op_signature, r.params_signature)
             except ValueError:

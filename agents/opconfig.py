@@ -88,4 +88,4 @@ class OpConfig(BaseModel):
     def candidate_limit(self, op: str) -> int:
         """Return how many candidates besides the vendor default the op may try."""
         entry = self.entry(op)
-        return entry.candidates if entry is not None else 0
+        return entry.candidates if entry is not None and entry.enabled else 0

@@ -73,8 +73,9 @@ def diversify(ranked: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 class _Plan:
-    def __init__(self, matmul: Any, algorithms: list[Any]) -> None:
+    def __init__(self, matmul: Any, algorithms: list[Any], operands: Any) -> None:
         self.matmul = matmul
+        self.operands = operands
         self.by_id = {
             Candidate(backend="cublaslt", params=algorithm_params(a)).id: a for a in algorithms
         }
@@ -88,7 +89,7 @@ class CublasLtProvider:
 
     def __init__(self, limit: int = 32) -> None:
         self.limit = limit
-        self._plans: dict[tuple[str, int], _Plan] = {}
+        self._plans: dict[str, _Plan] = {}
         # nvmath's free() after graph capture raised CUDA_ERROR_INVALID_VALUE on the H200;
         # plans whose free fails are parked here rather than leaked mid-use.
         self._parked: list[Any] = []
@@ -123,9 +124,13 @@ class CublasLtProvider:
         return [Candidate(backend=self.backend, params=p) for p in ranked[:limit]]
 
     def _plan(self, problem: ProblemKey, operands: Any) -> _Plan:
-        key = (problem.key_hash(), id(operands))
-        if key in self._plans:
-            return self._plans[key]
+        # One plan per problem, bound to the very operand set it was planned on.
+        key = problem.key_hash()
+        plan = self._plans.get(key)
+        if plan is not None and plan.operands is operands:
+            return plan
+        if plan is not None:
+            self._retire(key)
         import torch
         from nvmath.linalg import ComputeType
         from nvmath.linalg.advanced import Matmul, MatmulPlanPreferences
@@ -149,7 +154,7 @@ class CublasLtProvider:
                                  stream=stream)
         except Exception as exc:
             raise CandidateError(f"cuBLASLt cannot plan {problem.canonical()}: {exc}") from exc
-        plan = _Plan(mm, list(algorithms))
+        plan = _Plan(mm, list(algorithms), operands)
         self._plans[key] = plan
         return plan
 
@@ -165,7 +170,7 @@ class CublasLtProvider:
         if algorithm is None:
             raise CandidateError("cuBLASLt heuristics do not offer this algorithm here")
         mm = plan.matmul
-        key = (problem.key_hash(), id(operands))
+        key = problem.key_hash()
 
         def run() -> Any:
             return mm.execute(algorithm=algorithm, stream=torch.cuda.current_stream())
@@ -173,11 +178,12 @@ class CublasLtProvider:
         return Kernel(candidate=candidate, run=run, keepalive=[mm],
                       close=lambda: self._retire(key))
 
-    def _retire(self, key: tuple[str, int]) -> None:
+    def _retire(self, key: str) -> None:
         plan = self._plans.pop(key, None)
         if plan is None:
             return
         mm = plan.matmul
+        plan.operands = None
         try:
             mm.release_operands()
             mm.last_compute_event = None  # recorded during capture; invalid to wait on

@@ -1,0 +1,96 @@
+"""Statistics and decision rules, on numbers chosen to make each rule bite."""
+
+from agents.probe.engine import _Slot, choose_winner, pick_shortlist
+from agents.probe.sampling import SamplingPolicy, collect, planned_samples, rotated
+from agents.probe.stats import reject_outliers, summarize
+from agents.probe.timers import Armed
+from agents.providers.base import Kernel
+from tps.candidate import VENDOR_DEFAULT, Candidate
+
+
+def test_iqr_rejects_outliers_and_keeps_the_rest():
+    values = [10.0, 10.2, 9.9, 10.1, 10.0, 55.0, 10.3, 0.5]
+    kept, dropped = reject_outliers(values)
+    assert dropped == 2 and 55.0 not in kept and 0.5 not in kept
+    summary = summarize(values)
+    assert summary.outliers_rejected == 2 and 9.9 <= summary.median_us <= 10.3
+    assert summary.samples == 8 and summary.cv < 0.02
+
+
+class ScriptedTimer:
+    """Returns per-kernel sample streams from a script: one noisy, one steady kernel."""
+
+    name = "scripted"
+
+    def __init__(self, streams):
+        self.streams = [iter(s) for s in streams]
+
+    def estimate_us(self, kernels):
+        return [10.0 for _ in kernels]
+
+    def arm(self, kernel, reps, kernel_us=0.0):
+        return Armed(kernel=kernel, reps=reps, kernel_us=kernel_us)
+
+    def sample_rounds(self, armed, orders):
+        return [{i: next(self.streams[i]) for i in order} for order in orders]
+
+
+def _armed(n):
+    return [Armed(kernel=Kernel(candidate=Candidate(backend=f"k{i}"), run=lambda: None),
+                  reps=1, kernel_us=10.0) for i in range(n)]
+
+
+def test_noisy_candidates_get_more_samples_up_to_the_cap():
+    import itertools
+
+    noisy = itertools.cycle([5.0, 20.0, 8.0, 30.0])  # CV far above 15%
+    steady = itertools.cycle([10.0, 10.1, 9.9])
+    policy = SamplingPolicy(samples=10, max_samples=100, max_extra_us=1e9)
+    sampled = collect(ScriptedTimer([noisy, steady]), _armed(2), policy)
+    assert len(sampled.values[1]) == 10
+    assert len(sampled.values[0]) == 100
+    assert sampled.extended == [0]
+
+
+def test_sample_count_shrinks_to_fit_the_budget_but_never_below_the_minimum():
+    policy = SamplingPolicy(samples=10, min_samples=5, budget_us=20_000)
+    assert planned_samples(policy, 100.0) == 10
+    assert planned_samples(policy, 3_000.0) == 6
+    assert planned_samples(policy, 1e6) == 5
+
+
+def test_round_robin_starts_at_a_different_candidate_each_round():
+    assert [rotated([0, 1, 2], r)[0] for r in range(3)] == [0, 1, 2]
+
+
+def _slots(*backends):
+    return [_Slot(candidate=VENDOR_DEFAULT if b == "vendor-default" else Candidate(backend=b),
+                  provider=None) for b in backends]
+
+
+def test_default_keeps_its_place_unless_clearly_beaten():
+    slots = _slots("vendor-default", "fast")
+    fast = slots[1].candidate.id
+    medians = {VENDOR_DEFAULT.id: 100.0, fast: 99.5}
+    assert choose_winner(medians, slots, min_gain=0.01)[0] == VENDOR_DEFAULT.id
+    medians[fast] = 90.0
+    assert choose_winner(medians, slots, min_gain=0.01)[0] == fast
+
+
+def test_a_lead_that_does_not_hold_head_to_head_loses():
+    slots = _slots("vendor-default", "lucky")
+    lucky = slots[1].candidate.id
+    medians = {VENDOR_DEFAULT.id: 100.0, lucky: 90.0}
+    winner, why = choose_winner(medians, slots, min_gain=0.01, confirm=lambda _: -0.05)
+    assert winner == VENDOR_DEFAULT.id and "head to head" in why
+    assert choose_winner(medians, slots, min_gain=0.01, confirm=lambda _: 0.08)[0] == lucky
+
+
+def test_shortlist_takes_quotas_then_fills_leftover_slots():
+    offers = {
+        "cublaslt": [Candidate(backend="cublaslt", params={"a": i}) for i in range(6)],
+        "triton": [Candidate(backend="triton", params={"b": i}) for i in range(1)],
+        "padded": [],
+    }
+    chosen = pick_shortlist(offers, {"padded": 1, "cublaslt": 3, "triton": 3}, 7)
+    assert [c.backend for c in chosen] == ["cublaslt"] * 3 + ["triton"] + ["cublaslt"] * 3

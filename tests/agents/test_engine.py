@@ -1,0 +1,82 @@
+"""The real probe engine on the CPU: selection, validation, bans, the decision rules."""
+
+import pytest
+
+from agents.bans import BanList
+from agents.errors import UnsupportedProblemError
+from agents.providers import builtin
+from tests.agents.conftest import FAST, ManualClock, WrongProvider, cpu_engine, gemm
+from tps.candidate import VENDOR_DEFAULT, Candidate
+from tps.problem import ProblemKey
+from tps.schemas import ProbeRun
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp64"])
+@pytest.mark.parametrize("trans_a,trans_b", [(False, False), (False, True), (True, False),
+                                              (True, True)])
+def test_probe_is_a_valid_run_in_every_layout(engine, dtype, trans_a, trans_b):
+    run = engine.probe(gemm(dtype=dtype, trans_a=trans_a, trans_b=trans_b))
+    ProbeRun.model_validate(run.model_dump(mode="json"))
+    assert run.measurements[0].candidate == VENDOR_DEFAULT
+    assert all(m.valid for m in run.measurements), [m.error for m in run.measurements]
+    assert run.winner_id in {m.candidate.id for m in run.measurements}
+    assert run.host_id == "0123456789abcdef" and run.compile_ms > 0 and run.budget_ms > 0
+    assert "vs vendor-default" in run.rationale or "kept vendor-default" in run.rationale
+
+
+def test_leading_dims_strides_and_batches_are_probed(engine):
+    for problem in (
+        gemm(lda=70, ldb=50, ldc=45),
+        ProblemKey(op="gemm", dims={"m": 16, "n": 24, "k": 8, "batch": 3}, stride_a=200),
+    ):
+        run = engine.probe(problem)
+        assert all(m.valid for m in run.measurements), [m.error for m in run.measurements]
+
+
+def test_planted_wrong_candidate_is_banned_and_the_ban_persists(tmp_path):
+    providers = [builtin.create("vendor-default", settings=FAST), WrongProvider()]
+    run = cpu_engine(tmp_path, providers=providers).probe(gemm())
+    wrong = next(m for m in run.measurements if m.candidate.backend == "cpu-wrong")
+    assert not wrong.valid and wrong.median_us is None
+    assert "wrong result" in wrong.error and run.winner_id == VENDOR_DEFAULT.id
+
+    reloaded = BanList.load(tmp_path / "bans.json")
+    assert len(reloaded) == 1 and next(iter(reloaded)).candidate == wrong.candidate
+    again = cpu_engine(tmp_path, providers=providers).probe(gemm())
+    banned = next(m for m in again.measurements if m.candidate.backend == "cpu-wrong")
+    assert banned.error.startswith("banned:") and banned.compile_ms is None
+
+
+def test_only_probes_the_given_candidates_plus_the_default(engine):
+    mine = Candidate(backend="cpu-torch", params={"threads": 1, "layout": "packed"})
+    ghost = Candidate(backend="no-such-backend")
+    run = engine.probe(gemm(), only=[mine, ghost])
+    assert [m.candidate for m in run.measurements] == [VENDOR_DEFAULT, mine, ghost]
+    assert run.measurements[1].valid and not run.measurements[2].valid
+    assert "not available" in run.measurements[2].error
+
+
+def test_candidate_budget_comes_from_the_op_config(tmp_path):
+    run = cpu_engine(tmp_path, candidates=2).probe(gemm())
+    assert len(run.measurements) == 3  # the default plus two
+
+
+def test_disabled_op_is_refused(engine):
+    with pytest.raises(UnsupportedProblemError, match="not enabled"):
+        engine.probe(ProblemKey(op="add", dims={"numel": 10}))
+
+
+def test_busy_device_delays_the_probe_without_sleeping(tmp_path):
+    from tps.schemas import Telemetry
+
+    class Busy:
+        name = "busy"
+
+        def snapshot(self):
+            return Telemetry(source="busy", utilization_pct=95.0, temperature_c=90.0)
+
+    clock = ManualClock()
+    run = cpu_engine(tmp_path, telemetry=Busy(), clock=clock).probe(gemm())
+    assert clock.slept == [0.5, 0.5, 0.5]
+    assert run.telemetry.delayed_ms == 1500 and run.telemetry.thermal_safe
+    assert "85 C" in run.rationale
