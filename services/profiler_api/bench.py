@@ -29,7 +29,7 @@ from services.profiler_api.auth.repository import upsert_organisation
 from services.profiler_api.auth.service import Role, create_token
 from services.profiler_api.db import libpq_url, make_engine, scratch_database
 from services.profiler_api.ingest import repository
-from services.profiler_api.ingest.service import IngestPlan
+from services.profiler_api.ingest.plan import IngestPlan
 from services.profiler_api.runner import running_service
 from services.profiler_api.settings import Settings
 from services.profiler_api.synthetic import FleetSimulator

@@ -9,7 +9,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from services.profiler_api.auth.repository import upsert_organisation
-from services.profiler_api.ingest.service import IngestPlan, parse_batch, store
+from services.profiler_api.ingest.plan import IngestPlan
+from services.profiler_api.ingest.service import parse_batch, store
 from services.profiler_api.orm import CandidateStats, MeasurementRow, ProbeRunRow
 from services.profiler_api.priors.sources import ObservedPriors, PriorQuery, observed_confidence
 from tests.factories import (

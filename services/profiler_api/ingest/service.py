@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import math
 import time
-import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
-from services.profiler_api.errors import PayloadTooLarge, Unprocessable, from_validation_errors
+from services.profiler_api.errors import PayloadTooLarge, from_validation_errors
 from services.profiler_api.ingest import repository
-from services.profiler_api.ingest.repository import MeasurementRow, RunRow
+from services.profiler_api.ingest.plan import IngestPlan
 from services.profiler_api.metrics import ServiceMetrics
-from tps.hardware import SOFTWARE_FIELDS
-from tps.schemas import MAX_BATCH_RUNS, IngestResult, ProbeRun, ProbeRunBatch
-
-INT4_MAX = 2**31 - 1
+from tps.schemas import MAX_BATCH_RUNS, IngestResult, ProbeRunBatch
 
 
 def parse_batch(body: bytes) -> ProbeRunBatch:
@@ -36,152 +27,6 @@ def parse_batch(body: bytes) -> ProbeRunBatch:
                     f"runs: a batch holds at most {MAX_BATCH_RUNS} runs, got {got}"
                 ) from exc
         raise from_validation_errors(errors) from exc
-
-
-@dataclass(frozen=True)
-class PlannedRun:
-    row: RunRow
-    run: ProbeRun
-    candidate_ids: list[str]
-
-
-@dataclass
-class IngestPlan:
-    """The rows of one batch, deduplicated, ready for one statement per table."""
-
-    org_id: int
-    hardware: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    problems: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    candidates: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    runs: dict[uuid.UUID, PlannedRun] = field(default_factory=dict)
-    repeated: list[uuid.UUID] = field(default_factory=list)
-
-    @classmethod
-    def from_batch(cls, batch: ProbeRunBatch, *, org_id: int) -> IngestPlan:
-        """Build the rows of `batch`; a run id repeated inside the batch is a duplicate."""
-        plan = cls(org_id=org_id)
-        for index, run in enumerate(batch.runs):
-            if run.run_id in plan.runs:
-                plan.repeated.append(run.run_id)
-                continue
-            plan.runs[run.run_id] = plan._add_run(run, index)
-        return plan
-
-    def _add_run(self, run: ProbeRun, index: int) -> PlannedRun:
-        hardware, problem = run.hardware, run.problem
-        fingerprint = hardware.fingerprint()
-        if fingerprint not in self.hardware:
-            spec = hardware.model_dump_json(exclude=set(SOFTWARE_FIELDS))
-            self.hardware[fingerprint] = (
-                fingerprint,
-                hardware.vendor,
-                hardware.arch,
-                hardware.name,
-                spec,
-            )
-        problem_hash = problem.key_hash()
-        if problem_hash not in self.problems:
-            self.problems[problem_hash] = (
-                problem_hash,
-                problem.canonical(),
-                problem.op,
-                problem.dtype,
-                json.dumps(problem.dims, sort_keys=True),
-                problem.model_dump_json(),
-            )
-        candidate_ids = []
-        for ordinal, measurement in enumerate(run.measurements):
-            # Binary COPY would silently wrap a count too large for its int4 column.
-            if measurement.samples > INT4_MAX or measurement.outliers_rejected > INT4_MAX:
-                field = "samples" if measurement.samples > INT4_MAX else "outliers_rejected"
-                raise Unprocessable(
-                    f"runs.{index}.measurements.{ordinal}.{field}: must be at most {INT4_MAX}"
-                )
-            candidate = measurement.candidate
-            candidate_id = candidate.id
-            candidate_ids.append(candidate_id)
-            if candidate_id not in self.candidates:
-                params = json.dumps(candidate.params, sort_keys=True)
-                self.candidates[candidate_id] = (candidate_id, candidate.backend, params)
-        software = json.dumps({name: getattr(hardware, name) for name in sorted(SOFTWARE_FIELDS)})
-        row: RunRow = (
-            run.run_id,
-            self.org_id,
-            run.host_id,
-            fingerprint,
-            problem_hash,
-            run.winner_id,
-            run.budget_ms,
-            run.compile_ms,
-            run.telemetry.model_dump_json() if run.telemetry else None,
-            run.priors.model_dump_json(),
-            software,
-            run.rationale,
-            run.agent_version,
-            run.source,
-            run.created_at,
-        )
-        return PlannedRun(row=row, run=run, candidate_ids=candidate_ids)
-
-    def measurement_rows(self, run_ids: set[uuid.UUID] | None = None) -> Iterator[MeasurementRow]:
-        """Yield the measurement rows of the runs in `run_ids` (all runs when None)."""
-        for run_id, planned in self.runs.items():
-            if run_ids is not None and run_id not in run_ids:
-                continue
-            ids = planned.candidate_ids
-            for ordinal, m in enumerate(planned.run.measurements):
-                yield (
-                    run_id,
-                    ordinal,
-                    ids[ordinal],
-                    m.median_us,
-                    m.p10_us,
-                    m.p90_us,
-                    m.std_us,
-                    m.samples,
-                    m.outliers_rejected,
-                    m.valid,
-                    m.error,
-                    m.compile_ms,
-                )
-
-    def run_rows(self) -> list[RunRow]:
-        return [planned.row for planned in self.runs.values()]
-
-    def measurement_count(self, run_ids: set[uuid.UUID]) -> int:
-        return sum(len(self.runs[run_id].run.measurements) for run_id in run_ids)
-
-    def stats_rows(self, run_ids: set[uuid.UUID]) -> list[tuple[Any, ...]]:
-        """Return the aggregate deltas of the runs in `run_ids`, sorted by key."""
-        deltas: dict[tuple[str, str, str], list[Any]] = {}
-        for run_id in run_ids:
-            planned = self.runs[run_id]
-            _, _, _, hardware_id, problem_id, *_, created_at = planned.row
-            counted: set[str] = set()
-            for candidate_id, m in zip(
-                planned.candidate_ids, planned.run.measurements, strict=True
-            ):
-                key = (hardware_id, problem_id, candidate_id)
-                # runs, valid, samples, sum log, sum log², min, max, first, last
-                delta = deltas.get(key)
-                if delta is None:
-                    delta = deltas[key] = [0, 0, 0, 0.0, 0.0, None, None, created_at, created_at]
-                else:
-                    delta[7] = min(delta[7], created_at)
-                    delta[8] = max(delta[8], created_at)
-                if candidate_id not in counted:
-                    counted.add(candidate_id)
-                    delta[0] += 1
-                delta[2] += m.samples
-                median = m.median_us
-                if m.valid and median is not None:
-                    log_median = math.log(median)
-                    delta[1] += 1
-                    delta[3] += log_median
-                    delta[4] += log_median * log_median
-                    delta[5] = median if delta[5] is None else min(delta[5], median)
-                    delta[6] = median if delta[6] is None else max(delta[6], median)
-        return sorted((*key, *delta) for key, delta in deltas.items())
 
 
 def store(session: Session, plan: IngestPlan) -> IngestResult:
