@@ -75,6 +75,7 @@ class AgentDaemon:
         self.shutdown_flush_s = shutdown_flush_s
         self.on_run = on_run
         self._push_now = threading.Event()
+        self._published_at = float("-inf")
 
     # -- one problem -------------------------------------------------------------------------
 
@@ -161,7 +162,7 @@ class AgentDaemon:
             self.metrics.runs_probed.inc()
             self.metrics.runs_dropped.inc(dropped)
             self.cache.put(run)
-            self._publish_sizes()
+            self._publish_sizes(every_s=1.0)
             spooled += 1
             if self.on_run is not None:
                 self.on_run(run)
@@ -199,7 +200,12 @@ class AgentDaemon:
         except Exception:
             log.exception("cannot save the cache")
 
-    def _publish_sizes(self) -> None:
+    def _publish_sizes(self, *, every_s: float = 0.0) -> None:
+        # Each state write is an fsynced transaction: once a second is plenty for status.
+        now = time.monotonic()
+        if now - self._published_at < every_s:
+            return
+        self._published_at = now
         size = len(self.cache)
         depth = self.spool.depth()
         self.metrics.cache_size.set(size)
