@@ -66,6 +66,7 @@ def _amd(name: str, arch: str, **kw: Any) -> HardwareSpec:
 
 
 # (spec, aliases). Aliases are matched after normalisation (see `normalise_name`).
+# fmt: off
 _ENTRIES: list[tuple[HardwareSpec, tuple[str, ...]]] = [
     (
         _nv("NVIDIA H100 SXM5 80GB", "sm_90", units=132, l2_mb=50, bw=3350, mem_gb=80,
@@ -194,6 +195,7 @@ _ENTRIES: list[tuple[HardwareSpec, tuple[str, ...]]] = [
         ("w7900", "radeonprow7900"),
     ),
 ]
+# fmt: on
 
 # Words that vendors and drivers put around a product name without changing which product it is.
 _NOISE = ("nvidia", "amd", "geforce", "tesla", "quadro", "instinct", "radeon", "pro", "gpu")

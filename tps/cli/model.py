@@ -1,9 +1,296 @@
-"""Commands of this domain."""
+"""Commands of the model: import, evaluate, train.
+
+models/ (lightgbm, pandas) and the service are imported inside the commands, so that
+`tps --help` works with only the core installed.
+"""
 
 from __future__ import annotations
 
+import gzip
+import json
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from tps.schemas import IngestResult, ProbeRun
+
+console = Console()
+log = logging.getLogger(__name__)
+
+# The service refuses bodies over 32 MiB once inflated; stay well under it.
+PUSH_BATCH_BYTES = 16 * 1024 * 1024
+
+DataPaths = Annotated[
+    list[Path],
+    typer.Option(
+        "--data",
+        help="Kernel Tuner caches (*.json, *.json.gz), ProbeRun files (*.jsonl, *.jsonl.gz) "
+        "or directories holding them (searched recursively); repeat for several",
+    ),
+]
+Seed = Annotated[int, typer.Option(help="seed of the model, the families and the baselines")]
+
+
+def _batches(runs: list[ProbeRun]) -> list[bytes]:
+    """Encode runs as ProbeRunBatch JSON bodies of at most PUSH_BATCH_BYTES each."""
+    from tps.schemas import MAX_BATCH_RUNS
+
+    bodies: list[bytes] = []
+    current: list[str] = []
+    size = 0
+    for run in runs:
+        encoded = run.model_dump_json()
+        if current and (size + len(encoded) > PUSH_BATCH_BYTES or len(current) >= MAX_BATCH_RUNS):
+            bodies.append(('{"runs":[' + ",".join(current) + "]}").encode())
+            current, size = [], 0
+        current.append(encoded)
+        size += len(encoded)
+    if current:
+        bodies.append(('{"runs":[' + ",".join(current) + "]}").encode())
+    return bodies
+
+
+def push_runs(runs: list[ProbeRun], *, url: str, token: str, timeout_s: float = 120.0) -> dict:
+    """POST runs to the service's /v1/probe-runs in gzipped batches; return summed counts."""
+    import httpx
+
+    totals = {"accepted": 0, "duplicates": 0, "measurements": 0}
+    endpoint = url.rstrip("/") + "/v1/probe-runs"
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Content-Type": "application/json",
+        "Content-Encoding": "gzip",
+    }
+    with httpx.Client(timeout=timeout_s) as client:
+        for body in _batches(runs):
+            response = client.post(endpoint, content=gzip.compress(body, 5), headers=headers)
+            if response.status_code >= 400:
+                raise typer.BadParameter(
+                    f"{endpoint} answered {response.status_code}: {response.text[:500]}"
+                )
+            result = response.json()
+            for key in totals:
+                totals[key] += int(result.get(key, 0))
+    return totals
+
+
+def ingest_into_database(runs: list[ProbeRun], *, database_url: str, org: str) -> IngestResult:
+    """Store runs straight into the service's Postgres, as POST /v1/probe-runs would.
+
+    Uses the service's own ingest (services.profiler_api.ingest): one all-or-nothing batch
+    per call, idempotent by run id. The schema must be current (`tps db upgrade`).
+    """
+    from sqlalchemy.orm import Session
+
+    from services.profiler_api.auth.repository import upsert_organisation
+    from services.profiler_api.db import make_engine, sqlalchemy_url
+    from services.profiler_api.ingest.plan import IngestPlan
+    from services.profiler_api.ingest.service import store
+    from services.profiler_api.settings import Settings
+    from tps.schemas import IngestResult, ProbeRunBatch
+
+    engine = make_engine(sqlalchemy_url(database_url), Settings())
+    accepted = duplicates = measurements = 0
+    try:
+        for run in runs:  # one run per transaction keeps each COPY bounded
+            with Session(engine) as session, session.begin():
+                org_id = upsert_organisation(session, org)
+                plan = IngestPlan.from_batch(ProbeRunBatch(runs=[run]), org_id=org_id)
+                result = store(session, plan)
+            accepted += result.accepted
+            duplicates += result.duplicates
+            measurements += result.measurements
+    finally:
+        engine.dispose()
+    return IngestResult(accepted=accepted, duplicates=duplicates, measurements=measurements)
+
+
+def write_jsonl(runs: list[ProbeRun], path: Path) -> None:
+    """Write runs as ProbeRun JSON Lines (gzipped when the name ends in .gz)."""
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "wt", encoding="utf-8") as out:
+        for run in runs:
+            out.write(run.model_dump_json() + "\n")
+
+
+def import_kernel_tuner(
+    files: Annotated[list[Path], typer.Argument(help="Kernel Tuner cache files or directories")],
+    device: Annotated[
+        str | None, typer.Option(help="device name for every file (default: header, else stem)")
+    ] = None,
+    push: Annotated[
+        str | None, typer.Option(help="service base URL to POST /v1/probe-runs to")
+    ] = None,
+    token: Annotated[
+        str | None, typer.Option(envvar="TPS_TOKEN", help="agent token for --push")
+    ] = None,
+    database_url: Annotated[
+        str | None, typer.Option(help="store straight into the service's Postgres")
+    ] = None,
+    org: Annotated[str, typer.Option(help="organisation owning runs for --database-url")] = (
+        "imported"
+    ),
+    out: Annotated[
+        Path | None, typer.Option(help="also write the runs as ProbeRun JSON Lines (.jsonl.gz)")
+    ] = None,
+) -> None:
+    """Convert Kernel Tuner cache files into probe runs, and push or store them."""
+    from models.kernel_tuner import import_file
+    from models.sources import KERNEL_TUNER_SUFFIXES, data_files
+
+    if push and not token:
+        raise typer.BadParameter("--push needs --token (or TPS_TOKEN)")
+    paths = [p for p in data_files(files) if p.name.endswith(KERNEL_TUNER_SUFFIXES)]
+    runs = [import_file(p, device=device) for p in paths]
+    table = Table("file", "device", "problem", "configs", "failed", "run id")
+    for path, run in zip(paths, runs, strict=True):
+        failed = sum(not m.valid for m in run.measurements)
+        table.add_row(
+            path.name,
+            run.hardware.name,
+            run.problem.canonical(),
+            str(len(run.measurements)),
+            str(failed),
+            str(run.run_id),
+        )
+    console.print(table)
+    if out:
+        write_jsonl(runs, out)
+        console.print(f"wrote {len(runs)} runs to {out}")
+    if push:
+        totals = push_runs(runs, url=push, token=token or "")
+        console.print(f"pushed to {push}: {totals}")
+    if database_url:
+        result = ingest_into_database(runs, database_url=database_url, org=org)
+        console.print(f"stored in the database: {result.model_dump(exclude={'duplicate_run_ids'})}")
+
+
+def _print_reports(reports: list[dict]) -> None:
+    table = Table(
+        "op",
+        "holdout",
+        "n",
+        "source",
+        "score@1",
+        "score@5",
+        "regret@1",
+        "probes≤3%",
+        "spearman",
+        "median APE",
+    )
+    for report in reports:
+        for source in ("model", "policy", "baseline_nearest", "baseline_random"):
+            figures = report.get(source) or {}
+            if not figures:
+                continue
+
+            def fmt(name: str, figures: dict = figures) -> str:
+                value = figures.get(name)
+                if value is None:
+                    return "-"
+                return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+            table.add_row(
+                report["op"],
+                str(report["holdout"]),
+                str(report["n_candidates"]),
+                source,
+                fmt("score_at_1"),
+                fmt("score_at_5"),
+                fmt("regret_at_1"),
+                fmt("probes_to_3pct"),
+                fmt("spearman"),
+                fmt("median_ape"),
+            )
+    console.print(table)
+
+
+def evaluate(
+    data: DataPaths,
+    holdout: Annotated[
+        str | None, typer.Option(help="hardware to hold out (name, alias, or label like X@66u)")
+    ] = None,
+    all_holdouts: Annotated[
+        bool, typer.Option("--all", help="hold out each hardware in turn (the whole table)")
+    ] = False,
+    op: Annotated[str | None, typer.Option(help="only this op family")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
+    plot: Annotated[Path | None, typer.Option(help="write a PNG of score@k, k = 1..20")] = None,
+    seed: Seed = 0,
+) -> None:
+    """Train without the held-out hardware and rank every candidate for it."""
+    from models.dataset import TuningData
+    from models.evaluation import evaluate_holdout, leave_one_out, summarise
+    from models.plots import plot_score_at_k
+    from models.sources import load_runs
+
+    if not all_holdouts and not holdout:
+        raise typer.BadParameter("give --holdout NAME or --all")
+    tuning = TuningData.from_runs(load_runs(data))
+    ops = [op] if op else tuning.ops
+    if op and op not in tuning.ops:
+        raise typer.BadParameter(f"no data for op {op!r}; found {tuning.ops}")
+    if all_holdouts:
+        reports = leave_one_out(tuning, ops=ops, seed=seed)
+    else:
+        reports = [evaluate_holdout(tuning, holdout or "", op=o, seed=seed) for o in ops]
+    if plot:
+        plot_score_at_k(reports, plot)
+    if as_json:
+        payload: object = reports[0] if len(reports) == 1 else reports
+        if all_holdouts:
+            payload = {"reports": reports, "summary": summarise(reports)}
+        typer.echo(json.dumps(payload, indent=2))
+        return
+    _print_reports(reports)
+    if all_holdouts:
+        for entry in summarise(reports):
+            console.print(entry)
+
+
+def train(
+    data: DataPaths,
+    out: Annotated[Path, typer.Option(help="where to write the model artifact")] = Path(
+        "model.tpsm"
+    ),
+    dask_scheduler: Annotated[
+        str | None, typer.Option(help="Dask scheduler address: train on the cluster")
+    ] = None,
+    seed: Seed = 0,
+) -> None:
+    """Train one model per op family and write the artifact (prints its checksum)."""
+    from models.bundle import checksum, train_bundle
+    from models.dataset import TuningData
+    from models.sources import load_runs
+
+    tuning = TuningData.from_runs(load_runs(data))
+    client = None
+    if dask_scheduler:
+        from distributed import Client
+
+        client = Client(dask_scheduler)
+    try:
+        bundle = train_bundle(tuning, seed=seed, client=client)
+    finally:
+        if client is not None:
+            client.close()
+    artifact = bundle.to_bytes()
+    out.write_bytes(artifact)
+    console.print(
+        f"trained ops {bundle.ops} on {bundle.data_counts}; wrote {out} "
+        f"({len(artifact)} bytes, sha256 {checksum(artifact)})"
+    )
 
 
 def register(app: typer.Typer) -> None:
     """Add this domain's commands to `app`."""
+    import_app = typer.Typer(no_args_is_help=True, help="Import measurements from other tools.")
+    import_app.command("kernel-tuner")(import_kernel_tuner)
+    app.add_typer(import_app, name="import")
+    app.command("evaluate")(evaluate)
+    app.command("train")(train)

@@ -1,0 +1,266 @@
+"""The latency model of one op family: a LambdaRank ranker and a log-latency regressor.
+
+Rows are (hardware, problem, candidate). The ranker is grouped by (hardware, problem) and
+learns relevance labels graded by how close a candidate comes to the group's best; the
+regressor predicts log latency. Both see the same features: the problem, the candidate's
+parameters, the hardware spec, their ratios, and reference features (how the candidate did,
+relative to the best, on the other known devices; computed leaving the row's own device out,
+so that training sees what prediction for a new device will see).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import lightgbm as lgb
+import numpy as np
+import pandas as pd
+
+from models.dataset import GROUP_COLUMNS, TuningData, add_relative_time
+from models.features import feature_rows
+from models.reference import Reference
+from tps.candidate import Candidate
+from tps.errors import TPSError
+from tps.hardware import HardwareSpec
+from tps.problem import ProblemKey
+
+MAX_LABEL = 30  # LightGBM's default label_gain covers labels 0..30
+
+
+class ModelError(TPSError):
+    """A model used before it is fitted, or asked about something it cannot answer."""
+
+    status_code = 409
+
+
+class LatencyModel:
+    """Rank candidates and predict their latency for (hardware, problem), for one op family.
+
+    Parameters are stored as given; `fit` sets the fitted state (names ending in `_`).
+    """
+
+    def __init__(
+        self,
+        *,
+        op: str,
+        n_estimators: int = 200,
+        learning_rate: float = 0.05,
+        num_leaves: int = 31,
+        min_child_samples: int = 20,
+        colsample: float = 0.8,
+        label_step: float = 0.02,
+        max_group_rows: int = 2048,
+        reference_features: bool = True,
+        seed: int = 0,
+        n_jobs: int = 2,
+    ) -> None:
+        self.op = op
+        self.n_estimators = n_estimators
+        self.learning_rate = learning_rate
+        self.num_leaves = num_leaves
+        self.min_child_samples = min_child_samples
+        self.colsample = colsample
+        self.label_step = label_step
+        self.max_group_rows = max_group_rows
+        self.reference_features = reference_features
+        self.seed = seed
+        self.n_jobs = n_jobs
+
+    def get_params(self) -> dict[str, Any]:
+        """Return the constructor parameters (as scikit-learn estimators do)."""
+        names = (
+            "op n_estimators learning_rate num_leaves min_child_samples colsample "
+            "label_step max_group_rows reference_features seed n_jobs"
+        ).split()
+        return {name: getattr(self, name) for name in names}
+
+    # -- features -----------------------------------------------------------------------
+
+    def _features(self, data: TuningData, keys: pd.DataFrame, *, oof: bool) -> pd.DataFrame:
+        frame = feature_rows(
+            hardware=data.hardware,
+            problems=data.problems,
+            candidates=data.candidates,
+            keys=keys,
+            op=self.op,
+        )
+        if self.reference_features:
+            blocks = []
+            for (hw_key, problem_hash), rows in keys.groupby(GROUP_COLUMNS, sort=False):
+                ref_problem = self.reference_.closest_problem(data.problems[problem_hash])
+                if ref_problem is None:
+                    continue
+                ref = self.reference_.features(
+                    data.hardware[hw_key],
+                    ref_problem,
+                    rows["candidate_id"].tolist(),
+                    exclude=hw_key if oof else None,
+                )
+                ref.index = rows.index
+                blocks.append(ref)
+            if blocks:
+                frame = frame.join(pd.concat(blocks))
+        return frame
+
+    def _matrix(self, frame: pd.DataFrame) -> np.ndarray:
+        return frame.reindex(columns=self.feature_names_).to_numpy(dtype=np.float64)
+
+    def _lgb_params(self, objective: str) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "objective": objective,
+            "learning_rate": self.learning_rate,
+            "num_leaves": self.num_leaves,
+            "min_child_samples": self.min_child_samples,
+            "colsample_bytree": self.colsample,
+            "seed": self.seed,
+            "deterministic": True,
+            "force_row_wise": True,
+            "num_threads": self.n_jobs,
+            "verbose": -1,
+        }
+        if objective == "lambdarank":
+            params["lambdarank_truncation_level"] = 64
+            params["eval_at"] = [1, 5]
+        return params
+
+    # -- training -----------------------------------------------------------------------
+
+    def _labels(self, frame: pd.DataFrame) -> np.ndarray:
+        steps = np.floor(frame["log_rel"].to_numpy() / math.log1p(self.label_step))
+        labels = np.clip(MAX_LABEL - steps, 0, MAX_LABEL)
+        return np.where(np.isfinite(labels), labels, 0).astype(int)
+
+    def _ranking_order(self, frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """Return row positions ordered into query chunks, and the chunks' sizes."""
+        rng = np.random.default_rng(self.seed)
+        positions: list[np.ndarray] = []
+        sizes: list[int] = []
+        for _, rows in frame.groupby(GROUP_COLUMNS, sort=True):
+            idx = rng.permutation(rows.index.to_numpy())
+            n_chunks = max(1, math.ceil(len(idx) / self.max_group_rows))
+            for chunk in np.array_split(idx, n_chunks):
+                positions.append(chunk)
+                sizes.append(len(chunk))
+        return np.concatenate(positions), np.array(sizes)
+
+    def fit(self, data: TuningData, *, client: Any = None) -> LatencyModel:
+        """Train on the measurements of `data` (rows of other ops are ignored).
+
+        With a Dask `client`, both boosters train through LightGBM's Dask integration.
+        """
+        data = data.for_op(self.op)
+        if data.frame.empty:
+            raise ModelError(f"no measurements of op {self.op!r} to train on")
+        self.reference_ = Reference.from_data(data)
+        frame = add_relative_time(data.frame.copy())
+        features = self._features(data, frame, oof=True)
+        self.feature_names_ = sorted(features.columns)
+        order, sizes = self._ranking_order(frame)
+        X_rank = self._matrix(features.loc[order])
+        y_rank = self._labels(frame.loc[order])
+        valid = frame["valid"].to_numpy()
+        X_reg = self._matrix(features[valid])
+        y_reg = np.log(frame.loc[valid, "median_us"].to_numpy())
+        if client is None:
+            self.ranker_ = lgb.train(
+                self._lgb_params("lambdarank"),
+                lgb.Dataset(X_rank, y_rank, group=sizes, free_raw_data=True),
+                num_boost_round=self.n_estimators,
+            )
+            self.regressor_ = lgb.train(
+                self._lgb_params("regression"),
+                lgb.Dataset(X_reg, y_reg, free_raw_data=True),
+                num_boost_round=self.n_estimators,
+            )
+        else:
+            from models.distributed import fit_boosters_dask
+
+            self.ranker_, self.regressor_ = fit_boosters_dask(
+                client,
+                rank=(X_rank, y_rank, sizes),
+                regression=(X_reg, y_reg),
+                params={
+                    "ranker": self._lgb_params("lambdarank"),
+                    "regressor": self._lgb_params("regression"),
+                },
+                n_estimators=self.n_estimators,
+            )
+        self.candidates_ = dict(data.candidates)
+        self.n_rows_ = int(len(frame))
+        return self
+
+    # -- prediction ---------------------------------------------------------------------
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "ranker_"):
+            raise ModelError("the model is not fitted")
+
+    def predict_frame(
+        self,
+        hardware: HardwareSpec,
+        problem: ProblemKey,
+        candidates: list[Candidate] | None = None,
+    ) -> pd.DataFrame:
+        """Return one row per candidate: `score` (higher is better), `predicted_us`, and the
+        parts behind them (`ranker_score`, the reference features).
+
+        `score` averages the rank percentiles of the ranker and of the regressor: on the
+        leave-one-GPU-out data neither alone was as steady as the two together.
+        Without `candidates`, every candidate seen in training is scored.
+        """
+        self._check_fitted()
+        if problem.op != self.op:
+            raise ModelError(f"this model ranks op {self.op!r}, not {problem.op!r}")
+        if candidates is None:
+            candidates = self.candidate_universe()
+        hw_key = hardware.fingerprint()
+        problem_hash = problem.key_hash()
+        keys = pd.DataFrame(
+            {
+                "hw_key": hw_key,
+                "problem_hash": problem_hash,
+                "candidate_id": [c.id for c in candidates],
+            }
+        )
+        if not candidates:
+            return keys.assign(score=[], predicted_us=[], ranker_score=[])
+        data = TuningData(
+            frame=pd.DataFrame(),
+            hardware={**self.reference_.hardware, hw_key: hardware},
+            problems={**self.reference_.problems, problem_hash: problem},
+            candidates={c.id: c for c in candidates},
+        )
+        # A device the model was trained on gets no help from its own measurements here.
+        features = self._features(data, keys, oof=True)
+        X = self._matrix(features)
+        out = keys.join(features.filter(like="ref_"))
+        out["ranker_score"] = self.ranker_.predict(X, num_threads=self.n_jobs)
+        log_us = self.regressor_.predict(X, num_threads=self.n_jobs)
+        out["predicted_us"] = np.exp(log_us)
+        out["score"] = _percentile(out["ranker_score"].to_numpy()) + _percentile(-log_us)
+        return out
+
+    def predict(
+        self,
+        hardware: HardwareSpec,
+        problem: ProblemKey,
+        candidates: list[Candidate] | None = None,
+    ) -> tuple[list[Candidate], np.ndarray, np.ndarray]:
+        """Return (candidates, scores: higher is better, predicted latencies in µs)."""
+        if candidates is None:
+            candidates = self.candidate_universe()
+        frame = self.predict_frame(hardware, problem, candidates)
+        return candidates, frame["score"].to_numpy(), frame["predicted_us"].to_numpy()
+
+    def candidate_universe(self) -> list[Candidate]:
+        """Return every candidate seen in training, in a stable order."""
+        self._check_fitted()
+        return [self.candidates_[k] for k in sorted(self.candidates_)]
+
+
+def _percentile(values: np.ndarray) -> np.ndarray:
+    """Return each value's rank in [0, 1) (ties broken by position, deterministically)."""
+    ranks = np.empty(len(values))
+    ranks[np.argsort(values, kind="stable")] = np.arange(len(values))
+    return ranks / max(len(values), 1)

@@ -1,0 +1,184 @@
+"""Features of a (hardware, problem, candidate) triple, as numbers a tree model can split on.
+
+Three blocks: the problem (log dims, arithmetic intensity, alignments, transposes, dtype bytes),
+the candidate's parameters (numbers as they are, strings as a stable code), the hardware spec;
+then the ratios between them (blocks per compute unit, waves, lane use, bytes per L2), which
+are what let one model carry over from one device to another.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tps.candidate import Candidate
+from tps.hardware import HardwareSpec
+from tps.problem import DTYPE_BYTES, ProblemKey
+
+VENDOR_CODE = {"nvidia": 0.0, "amd": 1.0, "intel": 2.0, "cpu": 3.0}
+PARAM_PREFIX = "param_"
+DIM_PREFIX = "dim_"
+# Kernel Tuner names thread-block and tile sizes per axis; GEMM backends per matrix side.
+_AXES = ("x", "y", "z")
+_GEMM_TILE_M = ("block_m", "tile_m", "blk_m", "mt0")
+_GEMM_TILE_N = ("block_n", "tile_n", "blk_n", "mt1")
+
+
+def stable_code(value: str) -> float:
+    """Encode a categorical value as a number that is the same in every process."""
+    return float(int(hashlib.sha256(value.encode()).hexdigest()[:8], 16) % 1_000_003)
+
+
+def _alignment_log2(value: int) -> float:
+    """Return log2 of the largest power of two (capped at 256) dividing `value`."""
+    return float(min((value & -value).bit_length() - 1, 8))
+
+
+def problem_bytes(problem: ProblemKey) -> float:
+    """Return the bytes a problem's operands occupy (GEMM: A, B and C)."""
+    size = DTYPE_BYTES.get(problem.dtype, 4)
+    d = problem.dims
+    if problem.op == "gemm":
+        return float(size * problem.batch * (d["m"] * d["k"] + d["k"] * d["n"] + d["m"] * d["n"]))
+    return float(size * math.prod(d.values()))
+
+
+def problem_features(problem: ProblemKey) -> dict[str, float]:
+    """Return the problem's features."""
+    feats: dict[str, float] = {
+        "prob_dtype_bytes": float(DTYPE_BYTES.get(problem.dtype, 4)),
+        "prob_trans_a": float(problem.trans_a),
+        "prob_trans_b": float(problem.trans_b),
+        "prob_log_elems": math.log2(math.prod(problem.dims.values())),
+        "prob_log_bytes": math.log2(problem_bytes(problem)),
+        "prob_min_align": min(_alignment_log2(v) for v in problem.dims.values()),
+    }
+    for name, value in problem.dims.items():
+        feats[f"{DIM_PREFIX}{name}_log2"] = math.log2(value)
+        feats[f"{DIM_PREFIX}{name}_align"] = _alignment_log2(value)
+    if problem.op == "gemm":
+        feats["prob_log_flops"] = math.log2(problem.flops)
+        feats["prob_intensity"] = problem.flops / problem_bytes(problem)
+        lda, ldb, ldc = problem.gemm_lds
+        feats["prob_ld_align"] = min(_alignment_log2(x) for x in (lda, ldb, ldc))
+    return feats
+
+
+def hardware_features(hardware: HardwareSpec) -> dict[str, float]:
+    """Return the hardware's features (datasheet or measured spec)."""
+    peak32 = hardware.peak_tflops.get("fp32", float("nan"))
+    peak16 = hardware.peak_tflops.get("bf16", hardware.peak_tflops.get("fp16", float("nan")))
+    units = hardware.active_units
+    share = units / hardware.compute_units
+    bandwidth = hardware.mem_bandwidth_gbs * share
+    arch_digits = "".join(ch for ch in hardware.arch if ch.isdigit())
+    return {
+        "hw_vendor": VENDOR_CODE.get(hardware.vendor, 9.0),
+        "hw_arch": float(int(arch_digits[:4])) if arch_digits else float("nan"),
+        "hw_units": float(units),
+        "hw_log_l2": math.log2(max(hardware.l2_bytes, 1)),
+        "hw_log_bw": math.log2(bandwidth),
+        "hw_peak_fp32": peak32 * share,
+        "hw_peak_fp16": peak16 * share,
+        "hw_clock": float(hardware.clock_mhz or float("nan")),
+        "hw_warp": float(hardware.warp_size or 32),
+        "hw_smem_kb": (hardware.smem_per_unit_bytes or 0) / 1024.0,
+        "hw_flop_per_byte": peak32 * 1000.0 * share / bandwidth,
+        "hw_bw_per_unit": bandwidth / units,
+        "hw_l2_per_unit_kb": hardware.l2_bytes / 1024.0 / units,
+    }
+
+
+def candidate_features(candidate: Candidate) -> dict[str, float]:
+    """Return the candidate's parameters as numbers (strings get a stable code)."""
+    feats: dict[str, float] = {"cand_backend": stable_code(candidate.backend)}
+    for name, value in candidate.params.items():
+        key = f"{PARAM_PREFIX}{name}"
+        if value is None:
+            feats[key] = float("nan")
+        elif isinstance(value, bool | int | float):
+            feats[key] = float(value)
+        else:
+            feats[key] = stable_code(str(value))
+    return feats
+
+
+def _param(frame: pd.DataFrame, names: tuple[str, ...], default: float = 1.0) -> pd.Series:
+    lowered = {c.lower(): c for c in frame.columns if c.startswith(PARAM_PREFIX)}
+    for name in names:
+        column = lowered.get(f"{PARAM_PREFIX}{name}")
+        if column is not None:
+            return frame[column].fillna(default).clip(lower=1.0)
+    return pd.Series(default, index=frame.index)
+
+
+def _dim(frame: pd.DataFrame, name: str) -> pd.Series:
+    column = f"{DIM_PREFIX}{name}_log2"
+    if column in frame:
+        return np.exp2(frame[column].fillna(0.0))
+    return pd.Series(1.0, index=frame.index)
+
+
+def add_ratio_features(frame: pd.DataFrame, *, op: str) -> pd.DataFrame:
+    """Add the features that relate a candidate's work decomposition to the hardware."""
+    units = frame["hw_units"]
+    warp = frame["hw_warp"]
+    if op == "gemm":
+        tile_m = _param(frame, _GEMM_TILE_M, default=128.0)
+        tile_n = _param(frame, _GEMM_TILE_N, default=128.0)
+        split = _param(frame, ("split_k", "splitk"), default=1.0)
+        blocks = np.ceil(_dim(frame, "m") / tile_m) * np.ceil(_dim(frame, "n") / tile_n) * split
+        blocks *= _dim(frame, "batch")
+        threads = pd.Series(np.nan, index=frame.index)
+    else:
+        threads = pd.Series(1.0, index=frame.index)
+        blocks = pd.Series(1.0, index=frame.index)
+        for axis in _AXES:
+            block = _param(frame, (f"block_size_{axis}",))
+            tile = _param(frame, (f"tile_size_{axis}",))
+            threads = threads * block
+            blocks = blocks * np.ceil(_dim(frame, axis) / (block * tile))
+        warps = np.ceil(threads / warp)
+        frame["ratio_threads"] = threads
+        frame["ratio_warps_per_block"] = warps
+        frame["ratio_lane_use"] = threads / (warps * warp)
+        frame["ratio_x_per_warp"] = _param(frame, ("block_size_x",)) / warp
+        frame["ratio_work_per_thread"] = _param(frame, ("tile_size_x",)) * _param(
+            frame, ("tile_size_y",)
+        )
+    waves = blocks / units
+    frame["ratio_log_blocks"] = np.log2(blocks)
+    frame["ratio_log_waves"] = np.log2(waves)
+    frame["ratio_wave_efficiency"] = waves / np.ceil(waves)
+    frame["ratio_log_elems_per_unit"] = frame["prob_log_elems"] - np.log2(units)
+    frame["ratio_log_bytes_per_l2"] = frame["prob_log_bytes"] - frame["hw_log_l2"]
+    if threads.notna().any():
+        frame["ratio_log_threads_per_unit"] = np.log2(blocks * threads / units)
+    return frame
+
+
+def feature_rows(
+    *,
+    hardware: dict[str, HardwareSpec],
+    problems: dict[str, ProblemKey],
+    candidates: dict[str, Candidate],
+    keys: pd.DataFrame,
+    op: str,
+) -> pd.DataFrame:
+    """Return one feature row per row of `keys` (columns hw_key, problem_hash, candidate_id)."""
+    blocks: list[pd.DataFrame] = []
+    for column, table, fn in (
+        ("hw_key", hardware, hardware_features),
+        ("problem_hash", problems, problem_features),
+        ("candidate_id", candidates, candidate_features),
+    ):
+        values: dict[str, Any] = {k: fn(v) for k, v in table.items()}  # type: ignore[operator]
+        per_key = pd.DataFrame.from_dict(values, orient="index")
+        blocks.append(per_key.reindex(keys[column].to_numpy()).reset_index(drop=True))
+    frame = pd.concat(blocks, axis=1)
+    frame.index = keys.index
+    return add_ratio_features(frame, op=op)

@@ -1,0 +1,120 @@
+"""Which ranking to serve: the model's, the nearest known device's, or an interleaving.
+
+Leave-one-GPU-out showed that no single source wins everywhere: copying the nearest device's
+measured ranking is hard to beat when that device is very like the new one (same vendor, close
+spec), and the model does better when nothing is close. The policy leads with the source that
+should win and interleaves the others behind it, so that the first few probes cover each
+source's best guess (score@5 becomes the best of their top picks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from models.estimator import LatencyModel
+from tps.hardware import HardwareSpec
+from tps.problem import ProblemKey
+
+SOURCES = ("model", "nearest", "consensus")
+
+
+@dataclass(frozen=True)
+class BlendPolicy:
+    """Lead with the nearest device's ranking when its spec distance is at most
+    `near_distance`, else with the model's; interleave the rest round-robin."""
+
+    near_distance: float = 2.0
+    interleave: bool = True
+
+    def source_order(self, distance: float | None) -> tuple[str, ...]:
+        if distance is not None and distance <= self.near_distance:
+            return ("nearest", "model", "consensus")
+        return ("model", "nearest", "consensus")
+
+
+DEFAULT_POLICY = BlendPolicy()
+
+
+def interleave(orders: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Merge orders round-robin without repeats; return (order, index of the source of each)."""
+    n = max((len(o) for o in orders), default=0)
+    seen = np.zeros(n, dtype=bool)
+    merged: list[int] = []
+    source: list[int] = []
+    cursors = [0] * len(orders)
+    while len(merged) < n:
+        progressed = False
+        for i, order in enumerate(orders):
+            while cursors[i] < len(order) and seen[order[cursors[i]]]:
+                cursors[i] += 1
+            if cursors[i] < len(order):
+                pick = int(order[cursors[i]])
+                seen[pick] = True
+                merged.append(pick)
+                source.append(i)
+                progressed = True
+        if not progressed:
+            break
+    return np.array(merged, dtype=int), np.array(source, dtype=int)
+
+
+def order_by(values: np.ndarray, *, ascending: bool) -> np.ndarray:
+    """Return positions sorted by value (NaN last), ties by position."""
+    v = np.asarray(values, dtype=float)
+    key = np.where(np.isfinite(v), v if ascending else -v, np.inf)
+    return np.argsort(key, kind="stable")
+
+
+@dataclass
+class SourceRankings:
+    """The candidate orders each source proposes for one (hardware, problem)."""
+
+    frame: pd.DataFrame  # the model's predict_frame
+    orders: dict[str, np.ndarray]
+    nearest_key: str | None
+    nearest_distance: float | None
+
+
+def source_rankings(
+    model: LatencyModel,
+    hardware: HardwareSpec,
+    problem: ProblemKey,
+    frame: pd.DataFrame,
+) -> SourceRankings:
+    """Return the model's, the nearest device's and the same-vendor consensus orders."""
+    reference = model.reference_
+    ref_problem = reference.closest_problem(problem)
+    own = hardware.fingerprint()
+    nearest = (
+        reference.nearest_hardware(hardware, ref_problem, exclude=own) if ref_problem else None
+    )
+    orders = {"model": order_by(frame["score"].to_numpy(), ascending=False)}
+    if nearest is not None:
+        measured = reference.median_us.loc[(nearest[0], ref_problem)]
+        times = measured.reindex(frame["candidate_id"]).to_numpy()
+        orders["nearest"] = order_by(times, ascending=True)
+    consensus = frame["ref_vendor"] if "ref_vendor" in frame else None
+    if consensus is None or consensus.isna().all():
+        consensus = frame["ref_mean"] if "ref_mean" in frame else None
+    if consensus is not None and consensus.notna().any():
+        orders["consensus"] = order_by(consensus.to_numpy(), ascending=True)
+    return SourceRankings(
+        frame=frame,
+        orders=orders,
+        nearest_key=nearest[0] if nearest else None,
+        nearest_distance=nearest[1] if nearest else None,
+    )
+
+
+def blended_order(
+    rankings: SourceRankings, policy: BlendPolicy = DEFAULT_POLICY
+) -> tuple[np.ndarray, list[str]]:
+    """Return the policy's order and the source of each position."""
+    names = [s for s in policy.source_order(rankings.nearest_distance) if s in rankings.orders]
+    if not policy.interleave:
+        names = names[:1]
+    order, source = interleave([rankings.orders[s] for s in names])
+    return order, [names[i] for i in source]

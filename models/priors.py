@@ -1,0 +1,102 @@
+"""What the priors endpoint calls: a ranked candidate list for (hardware, problem).
+
+`rank` answers from a trained ModelBundle. Where the problem was measured on this very
+hardware in training, it returns that observation; otherwise it serves the blend policy
+(models.policy): the nearest known device's measured ranking and the model's, interleaved,
+led by whichever leave-one-GPU-out showed should win at this spec distance.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from models.bundle import ModelBundle
+from models.policy import DEFAULT_POLICY, BlendPolicy, blended_order, order_by, source_rankings
+from tps.candidate import Candidate
+from tps.hardware import HardwareSpec
+from tps.problem import ProblemKey
+
+# How fast confidence decays with the spec distance to the nearest known device.
+CONFIDENCE_SCALE = 4.0
+SOURCE_NAMES = {"model": "model", "nearest": "nearest", "consensus": "model", "family": "family"}
+
+
+@dataclass(frozen=True)
+class RankedCandidate:
+    """One entry of a prior: a candidate, its predicted latency and where its rank came from."""
+
+    candidate: Candidate
+    predicted_us: float | None
+    score: float
+    source: str  # observed | model | nearest | family (tps.schemas.PriorSource)
+    confidence: float
+
+
+def rank(
+    bundle: ModelBundle,
+    hardware: HardwareSpec,
+    problem: ProblemKey,
+    candidates: list[Candidate] | None = None,
+    *,
+    limit: int | None = None,
+    policy: BlendPolicy = DEFAULT_POLICY,
+) -> list[RankedCandidate]:
+    """Return candidates best first, each with predicted µs, a score and its source.
+
+    Without `candidates`, the op's candidate universe from training is ranked. `score` is
+    1.0 for the first entry and falls linearly to 0 for the last.
+    """
+    model = bundle.model_for(problem.op)
+    if candidates is None:
+        candidates = model.candidate_universe()
+    if not candidates:
+        return []
+    frame = model.predict_frame(hardware, problem, candidates)
+    observed = _observed_order(bundle, hardware, problem, frame["candidate_id"].tolist())
+    if observed is not None:
+        order, sources, confidence = observed, ["observed"] * len(observed), 1.0
+    else:
+        rankings = source_rankings(model, hardware, problem, frame)
+        order, sources = blended_order(rankings, policy)
+        distance = rankings.nearest_distance
+        confidence = math.exp(-(distance if distance is not None else 8.0) / CONFIDENCE_SCALE)
+        if problem.key_hash() not in model.reference_.problems:
+            sources = ["family"] * len(sources)  # borrowed from the closest measured shape
+            confidence *= 0.5
+    predicted = frame["predicted_us"].to_numpy()
+    n = len(order)
+    ranked = [
+        RankedCandidate(
+            candidate=candidates[int(i)],
+            predicted_us=float(predicted[i]) if np.isfinite(predicted[i]) else None,
+            score=1.0 - pos / max(n - 1, 1),
+            source=SOURCE_NAMES.get(src, src),
+            confidence=round(confidence, 4),
+        )
+        for pos, (i, src) in enumerate(zip(order, sources, strict=True))
+    ]
+    return ranked[:limit] if limit else ranked
+
+
+def _observed_order(
+    bundle: ModelBundle, hardware: HardwareSpec, problem: ProblemKey, candidate_ids: list[str]
+) -> np.ndarray | None:
+    reference = bundle.model_for(problem.op).reference_
+    key = (hardware.fingerprint(), problem.key_hash())
+    if key not in reference.median_us.index:
+        return None
+    times = reference.median_us.loc[key].reindex(candidate_ids).to_numpy()
+    return order_by(times, ascending=True)
+
+
+def family_winners(
+    bundle: ModelBundle, hardware: HardwareSpec, problem: ProblemKey, *, k: int = 8
+) -> list[Candidate]:
+    """Return the shape family's best candidates for a problem (hardware's own data first)."""
+    model = bundle.model_for(problem.op)
+    families = bundle.families[problem.op]
+    ids = families.winners(problem, hw_key=hardware.fingerprint(), k=k)
+    return [model.candidates_[c] for c in ids if c in model.candidates_]

@@ -1,0 +1,157 @@
+"""What the training data measured, kept with a model: per (hardware, problem) the relative
+latency of every candidate. It feeds the reference features, the nearest baseline and the
+fallback policy.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from models.dataset import GROUP_COLUMNS, TuningData, add_relative_time
+from tps.hardware import HardwareSpec
+from tps.problem import ProblemKey
+
+# A candidate that failed on a reference device counts as this much slower than its best
+# (log scale, about 20x): failures are informative, but not certain to repeat elsewhere.
+FAILED_LOG_REL = 3.0
+VENDOR_PENALTY = 2.0
+WARP_PENALTY = 1.0
+SIMILARITY_SCALE = 2.0
+
+
+def spec_vector(hardware: HardwareSpec) -> np.ndarray:
+    """Return the log2 datasheet figures that spec distance compares."""
+    units = hardware.active_units
+    share = units / hardware.compute_units
+    return np.array(
+        [
+            math.log2(units),
+            math.log2(max(hardware.l2_bytes, 1)),
+            math.log2(hardware.mem_bandwidth_gbs * share),
+            math.log2(hardware.peak_tflops.get("fp32", 1.0) * share),
+            math.log2(hardware.clock_mhz or 1000.0),
+        ]
+    )
+
+
+def spec_distance(a: HardwareSpec, b: HardwareSpec) -> float:
+    """Return how different two devices are by spec (0 for the same spec)."""
+    d = float(np.linalg.norm(spec_vector(a) - spec_vector(b)))
+    if a.vendor != b.vendor:
+        d += VENDOR_PENALTY
+    if (a.warp_size or 32) != (b.warp_size or 32):
+        d += WARP_PENALTY
+    return d
+
+
+def problem_distance(a: ProblemKey, b: ProblemKey) -> float:
+    """Return how different two problems of one op are (log2 dims, dtype, layout)."""
+    names = sorted(set(a.dims) | set(b.dims))
+    va = np.array([math.log2(a.dims.get(n, 1)) for n in names])
+    vb = np.array([math.log2(b.dims.get(n, 1)) for n in names])
+    d = float(np.linalg.norm(va - vb))
+    d += 4.0 * (a.dtype != b.dtype) + 1.0 * (a.trans_a != b.trans_a) + (a.trans_b != b.trans_b)
+    return d + 8.0 * (a.variant != b.variant)
+
+
+@dataclass
+class Reference:
+    """Relative latencies measured on known hardware, as a (group x candidate) matrix."""
+
+    log_rel: pd.DataFrame  # index (hw_key, problem_hash), columns candidate_id; NaN = failed
+    median_us: pd.DataFrame  # same shape, absolute latencies
+    hardware: dict[str, HardwareSpec]
+    problems: dict[str, ProblemKey]
+
+    @classmethod
+    def from_data(cls, data: TuningData) -> Reference:
+        frame = add_relative_time(data.frame.copy())
+        log_rel = frame.pivot_table(
+            index=GROUP_COLUMNS, columns="candidate_id", values="log_rel", dropna=False
+        )
+        median = frame.pivot_table(
+            index=GROUP_COLUMNS, columns="candidate_id", values="median_us", dropna=False
+        )
+        measured = frame.pivot_table(
+            index=GROUP_COLUMNS, columns="candidate_id", values="valid", aggfunc="size"
+        )
+        # Measured but failed: a large penalty; never measured there: stays NaN.
+        failed = measured.notna() & log_rel.isna()
+        log_rel = log_rel.mask(failed, FAILED_LOG_REL)
+        return cls(
+            log_rel=log_rel.sort_index(axis=1),
+            median_us=median.reindex(columns=log_rel.columns).sort_index(axis=1),
+            hardware=dict(data.hardware),
+            problems=dict(data.problems),
+        )
+
+    def closest_problem(self, problem: ProblemKey) -> str | None:
+        """Return the hash of the measured problem most like `problem` (itself when measured)."""
+        own = problem.key_hash()
+        if own in self.problems:
+            return own
+        same_op = [(h, p) for h, p in self.problems.items() if p.op == problem.op]
+        if not same_op:
+            return None
+        return min(same_op, key=lambda hp: (problem_distance(problem, hp[1]), hp[0]))[0]
+
+    def groups_for(self, problem_hash: str, *, exclude: str | None = None) -> list[str]:
+        """Return the hw_keys that measured `problem_hash`, except `exclude`."""
+        index = self.log_rel.index
+        keys = index[index.get_level_values(1) == problem_hash].get_level_values(0)
+        return sorted(k for k in keys if k != exclude)
+
+    def nearest_hardware(
+        self, hardware: HardwareSpec, problem_hash: str, *, exclude: str | None = None
+    ) -> tuple[str, float] | None:
+        """Return (hw_key, spec distance) of the most similar device that measured the problem."""
+        keys = self.groups_for(problem_hash, exclude=exclude)
+        if not keys:
+            return None
+        scored = [(spec_distance(hardware, self.hardware[k]), k) for k in keys]
+        distance, key = min(scored)
+        return key, distance
+
+    def features(
+        self,
+        hardware: HardwareSpec,
+        problem_hash: str,
+        candidate_ids: pd.Index | list[str],
+        *,
+        exclude: str | None = None,
+    ) -> pd.DataFrame:
+        """Return reference features for candidates on `hardware` (excluding `exclude`).
+
+        ref_mean: mean relative latency over the other devices; ref_vendor: over devices
+        of the same vendor; ref_near: on the nearest device by spec; ref_wmean: weighted
+        by spec similarity; ref_min/ref_max: the spread over devices.
+        """
+        keys = self.groups_for(problem_hash, exclude=exclude)
+        columns = ["ref_mean", "ref_vendor", "ref_near", "ref_wmean", "ref_min", "ref_max"]
+        out = pd.DataFrame(np.nan, index=pd.Index(candidate_ids), columns=columns)
+        if not keys:
+            return out
+        table = self.log_rel.loc[[(k, problem_hash) for k in keys]]
+        table = table.reindex(columns=out.index).to_numpy()
+        distances = np.array([spec_distance(hardware, self.hardware[k]) for k in keys])
+        weights = np.exp(-distances / SIMILARITY_SCALE)
+        same_vendor = np.array([self.hardware[k].vendor == hardware.vendor for k in keys])
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            # An all-NaN column is a candidate no reference device measured: expected.
+            warnings.simplefilter("ignore", category=RuntimeWarning)
+            present = np.isfinite(table)
+            filled = np.where(present, table, 0.0)
+            out["ref_mean"] = np.nanmean(table, axis=0)
+            out["ref_min"] = np.nanmin(table, axis=0)
+            out["ref_max"] = np.nanmax(table, axis=0)
+            if same_vendor.any():
+                out["ref_vendor"] = np.nanmean(table[same_vendor], axis=0)
+            out["ref_near"] = table[int(np.argmin(distances))]
+            w = weights[:, None] * present
+            out["ref_wmean"] = (filled * w).sum(axis=0) / w.sum(axis=0)
+        return out
