@@ -1,0 +1,15 @@
+"""The TPS service: FastAPI on Postgres.
+
+Layout (a package per domain, SQL in repositories, commit at the request boundary):
+
+- `app.create_app(settings)`: the factory; `ROUTERS` lists the domains' routers.
+- `settings.Settings`: TPS_* environment; `db`: engines, sessions, embedded pgserver.
+- `deps`: `SessionDep` (commits when the handler returns), `AgentDep`, `AdminDep`.
+- `errors`: `APIError` and its HTTP-status subclasses, rendered by one handler.
+- `orm`: the typed tables; `migrations/` (Alembic) mirrors them, checked by a test.
+- `ingest/`: POST /v1/probe-runs (body limits, validation, COPY, aggregates), readback.
+- `priors/`: POST/GET /v1/priors; `sources.PriorSource` is the plug-in point for
+  model-based ranking (`register_prior_source`, then name it in TPS_PRIOR_SOURCES).
+- `fleet/`: GET /v1/hardware, /v1/stats; `auth/`: tokens; `ops/`: health, metrics.
+- `runner`, `demo`, `bench`, `synthetic`: running the service, `tps demo`, `tps bench ingest`.
+"""
