@@ -72,7 +72,9 @@ def build_engine_for(settings: AgentSettings, *, host: str) -> ProbeEngine:
     from agents.probe.engine import build_engine
 
     op_config = OpConfig.load(settings.op_config) if settings.op_config else None
-    return build_engine(device=settings.device, op_config=op_config, host_id=host)
+    return build_engine(
+        device=settings.device, op_config=op_config, host_id=host, settings=settings.probe
+    )
 
 
 def build_daemon(

@@ -15,6 +15,7 @@ from pydantic_settings import (
 )
 
 from agents.daemon.errors import ConfigError
+from agents.probe.settings import ProbeSettings
 from tps.problem import Dtype
 from tps.schemas import MAX_BATCH_RUNS
 
@@ -48,6 +49,7 @@ class AgentSettings(BaseSettings):
     token: SecretStr | None = None
     device: str = "auto"
     op_config: Path | None = None
+    probe: ProbeSettings = Field(default_factory=ProbeSettings)
     sources: SourceSettings = Field(default_factory=SourceSettings)
 
     spool_path: Path = _STATE_DIR / "spool.sqlite"

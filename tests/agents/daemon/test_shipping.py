@@ -28,6 +28,7 @@ from agents.daemon.assemble import AssembledAgent, build_daemon
 from agents.daemon.settings import AgentSettings, SourceSettings
 from agents.daemon.status import read_status
 from tests.agents.daemon.harness import OwnedPostgres, ServiceProcess, free_port
+from tps.candidate import VENDOR_DEFAULT
 
 pytestmark = pytest.mark.slow
 
@@ -470,3 +471,109 @@ def test_payloads_carry_no_host_user_path_or_model_identifiers(
                 "source", "created_at",
             }  # fmt: skip
             assert run["host_id"] != Path("/etc/machine-id").read_text().strip()
+
+
+# -- warm start from the service's priors ---------------------------------------------------
+
+
+def test_warm_start_from_the_services_priors(
+    tmp_path: Path, database_url: str, agent_token: str, service: ServiceProcess, cpu_engine
+) -> None:
+    service.start()
+    shapes = write_shapes(tmp_path / "workload.csv", 12)
+    first = build_daemon(
+        agent_settings(tmp_path / "first", service, agent_token, shapes=shapes), engine=cpu_engine
+    )
+    first.daemon.run(threading.Event(), once=True)
+    first.close()
+
+    # A second host of the same kind, with an empty cache: the fleet's observations steer it.
+    runs = []
+    second_settings = agent_settings(
+        tmp_path / "second", service, agent_token, shapes=shapes, priors_top_k=1
+    )
+    second = build_daemon(second_settings, engine=cpu_engine, on_run=runs.append)
+    second.daemon.run(threading.Event(), once=True)
+    second.close()
+
+    assert len(runs) == 12
+    steered = [r for r in runs if r.priors.used]
+    assert len(steered) == len(runs), "the service has observed every one of these problems"
+    for run in steered:
+        assert len(run.priors.candidate_ids) == 1  # top_k=1, plus vendor-default
+        measured = {m.candidate.id for m in run.measurements}
+        assert measured <= {*run.priors.candidate_ids, VENDOR_DEFAULT.id}
+        if run.winner_id in run.priors.candidate_ids:
+            assert run.priors.winner_rank == 0
+        else:
+            assert run.priors.winner_rank is None
+    stored = stored_run_ids(database_url)
+    assert {str(r.run_id) for r in runs} <= set(stored)
+
+
+# -- the command line: SIGTERM and status -----------------------------------------------------
+
+
+def test_sigterm_stops_cleanly_and_status_reads_the_spool(
+    tmp_path: Path, database_url: str, agent_token: str, service: ServiceProcess
+) -> None:
+    import signal
+    import sqlite3
+    import subprocess
+
+    service.start()
+    shapes = write_shapes(tmp_path / "workload.csv", 2000)
+    config = tmp_path / "agent.yaml"
+    spool = tmp_path / "state" / "spool.sqlite"
+    config.write_text(
+        f"service_url: {service.url}\n"
+        "device: cpu\n"
+        f"sources:\n  shape_csv: [{shapes}]\n  dtype: fp32\n"
+        f"spool_path: {spool}\n"
+        f"cache_path: {tmp_path / 'state' / 'cache.json'}\n"
+        "push_interval_s: 0.5\n"
+        "shutdown_flush_s: 3\n"
+        "probe: {samples: 3, min_samples: 3, max_samples: 3, max_extra_ms: 0}\n"
+    )
+    env = {
+        **os.environ,
+        "TPS_AGENT_TOKEN": agent_token,
+        "TPS_AGENT_DEPLOYMENT_SECRET": SECRET,
+        "OMP_NUM_THREADS": "1",
+    }
+    tps = [str(Path(sys.executable).parent / "tps")]
+    proc = subprocess.Popen(
+        [*tps, "agent", "run", "--config", str(config)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_until(
+            lambda: spool.exists() and read_status(spool).probed >= 30,
+            timeout_s=90,
+            what="the agent to probe 30 problems",
+        )
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output.decode()[-3000:]
+    assert b"SIGTERM" in output
+
+    status = read_status(spool)
+    assert status.state == "stopped" and status.pid is None
+    assert status.probed < 2000  # it stopped early
+    assert status.probed == status.pushed + status.spool_depth  # nothing lost in between
+    assert sqlite3.connect(spool).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert len(stored_run_ids(database_url)) == status.pushed
+
+    shown = subprocess.run(
+        [*tps, "agent", "status", "--config", str(config)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "spool depth" in shown and "stopped" in shown
