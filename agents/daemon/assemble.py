@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from agents.daemon.daemon import AgentDaemon, ProbeCache, ProbeEngine
+from agents.daemon.daemon import AgentDaemon, ProbeCache, ProbeEngine, ProblemSource
 from agents.daemon.errors import ConfigError
 from agents.daemon.identity import MACHINE_ID_PATHS, host_id, read_machine_id
 from agents.daemon.metrics import AgentMetrics
@@ -85,8 +85,9 @@ def build_daemon(
     metrics: AgentMetrics | None = None,
     transport: httpx.BaseTransport | None = None,
     on_run: Callable[[ProbeRun], None] | None = None,
+    sources: ProblemSource | None = None,
 ) -> AssembledAgent:
-    """Assemble a daemon; `engine`, `cache` and `transport` replace the real ones when given."""
+    """Assemble a daemon; `engine`, `cache`, `transport`, `sources` replace those of `settings`."""
     host = agent_host_id(settings)
     metrics = metrics or AgentMetrics()
     resources = ExitStack()
@@ -121,7 +122,7 @@ def build_daemon(
             top_k=settings.priors_top_k,
         )
     src = settings.sources
-    sources = WorkloadSources(
+    sources = sources or WorkloadSources(
         shape_csv=list(src.shape_csv),
         tunableop_untuned=list(src.tunableop_untuned),
         watch=WatchFolder(folder=src.watch_dir, dtype=src.dtype) if src.watch_dir else None,

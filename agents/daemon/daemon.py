@@ -12,7 +12,6 @@ from typing import Protocol
 from agents.daemon.errors import PriorsError
 from agents.daemon.metrics import AgentMetrics
 from agents.daemon.pusher import Pusher
-from agents.daemon.sources import WorkloadSources
 from agents.daemon.spool import Spool
 from agents.daemon.warmstart import PriorsClient, prior_use, shortlist
 from tps.candidate import Candidate
@@ -45,6 +44,12 @@ class ProbeCache(Protocol):
     def __len__(self) -> int: ...
 
 
+class ProblemSource(Protocol):
+    """Where problems come from: each poll returns what is new (see agents.daemon.sources)."""
+
+    def poll(self) -> list[ProblemKey]: ...
+
+
 class AgentDaemon:
     """Probe every new problem once, keep every run until the service has it."""
 
@@ -55,7 +60,7 @@ class AgentDaemon:
         cache: ProbeCache,
         spool: Spool,
         pusher: Pusher,
-        sources: WorkloadSources,
+        sources: ProblemSource,
         metrics: AgentMetrics,
         priors: PriorsClient | None = None,
         push_interval_s: float = 5.0,

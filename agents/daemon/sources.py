@@ -179,3 +179,18 @@ def _read_all(
             yield from read(path)
         except OSError as exc:
             raise SourceError(f"cannot read workload file {path}: {exc.strerror}") from exc
+
+
+@dataclass
+class FixedProblems:
+    """A source holding a list of problems given in code (the demo's short shape list)."""
+
+    problems: list[ProblemKey]
+    _given: bool = False
+
+    def poll(self) -> list[ProblemKey]:
+        """Return the problems on the first call, nothing after."""
+        if self._given:
+            return []
+        self._given = True
+        return list(self.problems)

@@ -577,3 +577,39 @@ def test_sigterm_stops_cleanly_and_status_reads_the_spool(
         check=True,
     ).stdout
     assert "spool depth" in shown and "stopped" in shown
+
+
+# -- the demo hook -----------------------------------------------------------------------------
+
+
+def test_agent_demo_shows_runs_arriving_and_priors_coming_back(
+    tmp_path: Path, agent_token: str, service: ServiceProcess, cpu_engine
+) -> None:
+    import io
+
+    from rich.console import Console
+
+    from agents.daemon.demo import run_agent_demo
+    from tps.problem import ProblemKey
+
+    service.start()
+    shapes = [
+        ProblemKey(op="gemm", dtype="fp32", dims={"m": m, "n": 64, "k": 32}, trans_b=True)
+        for m in (1, 8, 16, 32)
+    ]
+    out = io.StringIO()
+    console = Console(file=out, width=120, force_terminal=False)
+    first = run_agent_demo(
+        service.url, agent_token, shapes, device="cpu", console=console,
+        state_dir=tmp_path / "first", engine=cpu_engine,
+    )  # fmt: skip
+    second = run_agent_demo(
+        service.url, agent_token, shapes, device="cpu", console=console,
+        state_dir=tmp_path / "second", engine=cpu_engine,
+    )  # fmt: skip
+
+    assert (first.pushed, first.spool_depth, len(first.runs)) == (4, 0, 4)
+    assert not first.steered
+    assert second.pushed == 4 and len(second.steered) == 4
+    shown = out.getvalue()
+    assert "runs probed" in shown and "runs pushed" in shown and "Priors from the service" in shown
