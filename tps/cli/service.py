@@ -140,7 +140,7 @@ def bench_ingest(
     runs: Annotated[int, typer.Option(min=1, help="probe runs to push")] = 6000,
     clients: Annotated[int, typer.Option(min=1, help="concurrent HTTP clients")] = 4,
     batch_runs: Annotated[int, typer.Option(min=1, max=1000, help="runs per request")] = 200,
-    workers: Annotated[int, typer.Option(min=1, help="service worker processes")] = 1,
+    workers: Annotated[int, typer.Option(min=1, help="service worker processes")] = 2,
     gzip: Annotated[bool, typer.Option(help="gzip the request bodies")] = False,
     seed: Annotated[int, typer.Option(help="seed of the generated fleet")] = 0,
 ) -> None:
