@@ -190,7 +190,7 @@ def leave_one_out(
     for op in ops or data.ops:
         op_data = data.for_op(op)
         for label in sorted(set(op_data.hardware_labels().values())):
-            log.info("leave-one-out: op %s, holding out %s", op, label)
+            log.debug("leave-one-out: op %s, holding out %s", op, label)
             reports.append(
                 evaluate_holdout(
                     op_data, label, op=op, model_params=model_params, policy=policy, seed=seed

@@ -17,8 +17,12 @@ SERIES = (
 
 def plot_score_at_k(reports: list[dict[str, Any]], path: Path, *, title: str | None = None) -> Path:
     """Write a PNG of mean score@k (k = 1..20) per op family for the model and the baselines."""
+    import logging
+
     import matplotlib
 
+    # matplotlib logs its font cache build at INFO; keep it off a JSON stdout.
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

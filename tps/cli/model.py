@@ -17,6 +17,8 @@ from rich.console import Console
 from rich.table import Table
 
 if TYPE_CHECKING:
+    import httpx
+
     from tps.schemas import IngestResult, ProbeRun
 
 console = Console()
@@ -55,7 +57,14 @@ def _batches(runs: list[ProbeRun]) -> list[bytes]:
     return bodies
 
 
-def push_runs(runs: list[ProbeRun], *, url: str, token: str, timeout_s: float = 120.0) -> dict:
+def push_runs(
+    runs: list[ProbeRun],
+    *,
+    url: str,
+    token: str,
+    timeout_s: float = 120.0,
+    transport: httpx.BaseTransport | None = None,
+) -> dict:
     """POST runs to the service's /v1/probe-runs in gzipped batches; return summed counts."""
     import httpx
 
@@ -66,7 +75,7 @@ def push_runs(runs: list[ProbeRun], *, url: str, token: str, timeout_s: float = 
         "Content-Type": "application/json",
         "Content-Encoding": "gzip",
     }
-    with httpx.Client(timeout=timeout_s) as client:
+    with httpx.Client(timeout=timeout_s, transport=transport) as client:
         for body in _batches(runs):
             response = client.post(endpoint, content=gzip.compress(body, 5), headers=headers)
             if response.status_code >= 400:

@@ -1,0 +1,55 @@
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from models.bundle import ModelBundle, checksum
+from models.sources import load_runs
+from tps.cli import app
+from tps.cli.model import write_jsonl
+from tps.schemas import ProbeRun
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def runs_file(tmp_path_factory: pytest.TempPathFactory, convolution_runs: list[ProbeRun]) -> Path:
+    path = tmp_path_factory.mktemp("data") / "convolution.jsonl.gz"
+    write_jsonl(convolution_runs, path)
+    return path
+
+
+def test_import_writes_probe_runs(tmp_path: Path, kernel_tuner_dir: Path) -> None:
+    out = tmp_path / "runs.jsonl.gz"
+    source = kernel_tuner_dir / "convolution_milo" / "W7800.json.gz"
+    result = runner.invoke(app, ["import", "kernel-tuner", str(source), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    (run,) = load_runs([out])
+    assert run.hardware.name == "AMD Radeon PRO W7800"
+    assert sum(not m.valid for m in run.measurements) == 116
+
+
+def test_evaluate_prints_json_for_a_holdout(runs_file: Path) -> None:
+    result = runner.invoke(
+        app, ["evaluate", "--data", str(runs_file), "--holdout", "A4000", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["holdout"] == "NVIDIA RTX A4000" and report["op"] == "convolution"
+    assert set(report) >= {"n_candidates", "model", "baseline_nearest", "baseline_random"}
+
+
+def test_evaluate_refuses_an_unknown_holdout(runs_file: Path) -> None:
+    result = runner.invoke(app, ["evaluate", "--data", str(runs_file), "--holdout", "T4"])
+    assert result.exit_code != 0
+    assert "no hardware matches 'T4'" in str(result.exception)
+
+
+def test_train_writes_a_loadable_artifact(tmp_path: Path, runs_file: Path) -> None:
+    out = tmp_path / "model.tpsm"
+    result = runner.invoke(app, ["train", "--data", str(runs_file), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    artifact = out.read_bytes()
+    assert checksum(artifact) in result.output.replace("\n", "")
+    assert ModelBundle.from_bytes(artifact).ops == ["convolution"]

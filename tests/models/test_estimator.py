@@ -1,0 +1,67 @@
+import numpy as np
+import pytest
+
+from models.bundle import ArtifactError, ModelBundle, checksum, train_bundle
+from models.dataset import TuningData
+from models.estimator import LatencyModel, ModelError
+from tests.models.conftest import FAST_MODEL
+from tps.catalog import resolve
+
+
+def test_fit_is_deterministic_given_a_seed(convolution_data: TuningData) -> None:
+    hardware = resolve("W7900")  # not in the training data
+    problem = next(iter(convolution_data.problems.values()))
+    a = LatencyModel(op="convolution", seed=3, **FAST_MODEL).fit(convolution_data)
+    b = LatencyModel(op="convolution", seed=3, **FAST_MODEL).fit(convolution_data)
+    c = LatencyModel(op="convolution", seed=4, colsample=0.5, **FAST_MODEL).fit(convolution_data)
+    _, score_a, us_a = a.predict(hardware, problem)
+    _, score_b, us_b = b.predict(hardware, problem)
+    _, score_c, _ = c.predict(hardware, problem)
+    assert np.array_equal(score_a, score_b) and np.array_equal(us_a, us_b)
+    assert not np.array_equal(score_a, score_c)
+    assert len(score_a) == convolution_data.frame["candidate_id"].nunique()
+    assert np.all(np.isfinite(us_a)) and np.all(us_a > 0)
+
+
+def test_estimator_follows_sklearn_conventions(convolution_data: TuningData) -> None:
+    model = LatencyModel(op="convolution", **FAST_MODEL)
+    assert not [name for name in vars(model) if name.endswith("_")]  # __init__ fits nothing
+    with pytest.raises(ModelError, match="not fitted"):
+        model.predict(resolve("A100"), next(iter(convolution_data.problems.values())))
+    assert model.fit(convolution_data) is model
+    assert model.get_params()["op"] == "convolution"
+
+
+def test_regressor_learns_latency_on_training_hardware(convolution_data: TuningData) -> None:
+    model = LatencyModel(op="convolution", n_estimators=80).fit(convolution_data)
+    hw_key = next(k for k, h in convolution_data.hardware.items() if h.name.endswith("A6000"))
+    rows = convolution_data.frame[
+        (convolution_data.frame["hw_key"] == hw_key) & convolution_data.frame["valid"]
+    ]
+    problem = convolution_data.problems[rows["problem_hash"].iloc[0]]
+    candidates = [convolution_data.candidates[c] for c in rows["candidate_id"]]
+    _, _, predicted = model.predict(convolution_data.hardware[hw_key], problem, candidates)
+    ape = np.abs(predicted - rows["median_us"].to_numpy()) / rows["median_us"].to_numpy()
+    assert np.median(ape) < 0.2
+
+
+def test_artifact_round_trip(convolution_data: TuningData) -> None:
+    bundle = train_bundle(convolution_data, model_params=FAST_MODEL, seed=1)
+    artifact = bundle.to_bytes()
+    assert artifact == bundle.to_bytes()
+    loaded = ModelBundle.from_bytes(artifact, expected_checksum=checksum(artifact))
+    assert loaded.ops == ["convolution"]
+    assert loaded.data_counts == bundle.data_counts
+    hardware, problem = resolve("MI210"), next(iter(convolution_data.problems.values()))
+    _, s1, us1 = bundle.model_for("convolution").predict(hardware, problem)
+    _, s2, us2 = loaded.model_for("convolution").predict(hardware, problem)
+    assert np.allclose(s1, s2) and np.allclose(us1, us2)
+    assert [c.id for c in loaded.candidate_universe("convolution")] == [
+        c.id for c in bundle.candidate_universe("convolution")
+    ]
+    with pytest.raises(ArtifactError, match="checksum"):
+        ModelBundle.from_bytes(artifact, expected_checksum="0" * 64)
+    with pytest.raises(ArtifactError):
+        ModelBundle.from_bytes(b"not an artifact")
+    with pytest.raises(ModelError, match="no model for op 'gemm'"):
+        loaded.model_for("gemm")

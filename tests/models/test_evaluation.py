@@ -1,0 +1,34 @@
+import pytest
+
+from models.dataset import TuningData
+from models.evaluation import EvaluationError, evaluate_holdout, match_hardware
+from tests.models.conftest import FAST_MODEL
+
+SOURCES = ("model", "baseline_nearest", "baseline_random", "policy")
+METRICS = ("score_at_1", "score_at_5", "regret_at_1", "probes_to_3pct", "spearman", "median_ape")
+
+
+def test_holdout_report_has_the_promised_shape(convolution_data: TuningData) -> None:
+    report = evaluate_holdout(
+        convolution_data, "NVIDIA RTX A6000", op="convolution", model_params=FAST_MODEL
+    )
+    assert report["holdout"] == "NVIDIA RTX A6000"
+    assert report["op"] == "convolution" and report["n_candidates"] == 400
+    assert report["n_train_rows"] == 3 * 400  # the held-out GPU's rows never reach training
+    for source in SOURCES:
+        for metric in METRICS[:5]:
+            assert metric in report[source], (source, metric)
+        assert 0.0 <= report[source]["score_at_1"] <= report[source]["score_at_5"] <= 1.0
+        assert len(report[source]["score_at_k"]) == 20
+    assert report["baseline_random"]["median_ape"] is None
+    # A6000's nearest by spec is the A4000, whose ranking is close: it must beat random.
+    assert report["baseline_nearest"]["score_at_5"] > report["baseline_random"]["score_at_5"]
+    assert report["policy"]["lead_sources"] == ["nearest"]
+
+
+def test_holdout_names_resolve_through_the_catalog(convolution_data: TuningData) -> None:
+    assert match_hardware(convolution_data, "A100") == match_hardware(
+        convolution_data, "NVIDIA A100-PCIE-40GB"
+    )
+    with pytest.raises(EvaluationError, match="no hardware matches 'T4'"):
+        match_hardware(convolution_data, "T4")

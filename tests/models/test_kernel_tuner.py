@@ -1,0 +1,123 @@
+import gzip
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from models.kernel_tuner import KernelTunerImportError, import_file
+from models.sources import load_runs
+from tps.catalog import resolve
+from tps.cli.model import push_runs, write_jsonl
+
+
+def small_cache(device_name: str = "", *, kernel: str = "convolution_kernel") -> dict:
+    record = {
+        "block_size_x": 32, "block_size_y": 2, "time": 0.5, "times": [0.4, 0.5, 0.6],
+        "compile_time": 700.0, "benchmark_time": 20.0, "timestamp": "2025-04-03 07:09:19+00:00",
+    }  # fmt: skip
+    return {
+        "device_name": device_name,
+        "kernel_name": kernel,
+        "problem_size": [4096, 4096],
+        "tune_params_keys": ["block_size_x", "block_size_y"],
+        "cache": {
+            "32,2": record,
+            "64,2": {**record, "block_size_x": 64, "time": "RuntimeFailedConfig", "times": []},
+            "16,1": {
+                **record,
+                "block_size_x": 16,
+                "block_size_y": 1,
+                "time": 0.25,
+                "times": [0.25, 0.25],
+            },  # fmt: skip
+        },
+    }
+
+
+def write(path: Path, doc: dict) -> Path:
+    raw = json.dumps(doc).encode()
+    path.write_bytes(gzip.compress(raw) if path.name.endswith(".gz") else raw)
+    return path
+
+
+def test_a_real_cache_becomes_one_probe_run(kernel_tuner_dir: Path) -> None:
+    run = import_file(kernel_tuner_dir / "convolution_milo" / "A100.json.gz")
+    assert run.hardware == resolve("NVIDIA A100-PCIE-40GB")
+    assert run.problem.op == "convolution"
+    assert run.problem.dims == {"x": 4096, "y": 4096}
+    assert run.problem.variant == "convolution_kernel"
+    assert len(run.measurements) == 4362
+    failed = [m for m in run.measurements if not m.valid]
+    assert len(failed) == 161  # 155 runtime and 6 compilation failures
+    assert {m.error for m in failed} == {"RuntimeFailedConfig", "CompilationFailedConfig"}
+    assert all(m.median_us is None for m in failed)
+    first = run.measurements[0]
+    assert first.candidate.backend == "kernel_tuner"
+    assert first.candidate.params["block_size_x"] == 16
+    assert first.samples == 32
+    assert 3800 < first.median_us < 4000  # 3.87 ms in the file
+    assert first.p10_us <= first.median_us <= first.p90_us
+    winner = min((m for m in run.measurements if m.valid), key=lambda m: m.median_us)
+    assert run.winner_id == winner.candidate.id
+
+
+def test_failed_configs_are_invalid_and_times_convert_to_us(tmp_path: Path) -> None:
+    run = import_file(write(tmp_path / "x.json", small_cache("NVIDIA RTX A6000")))
+    by_x = {m.candidate.params["block_size_x"]: m for m in run.measurements}
+    assert not by_x[64].valid and by_x[64].error == "RuntimeFailedConfig"
+    assert by_x[32].median_us == pytest.approx(500.0)
+    assert by_x[32].std_us == pytest.approx(81.65, rel=1e-3)
+    assert run.winner_id == by_x[16].candidate.id
+
+
+def test_empty_device_name_falls_back_to_the_file_stem(tmp_path: Path) -> None:
+    run = import_file(write(tmp_path / "MI250X.json.gz", small_cache("")))
+    assert run.hardware.name == "AMD Instinct MI250X"
+    overridden = import_file(tmp_path / "MI250X.json.gz", device="W7900")
+    assert overridden.hardware.name == "AMD Radeon PRO W7900"
+
+
+def test_run_ids_are_deterministic(tmp_path: Path) -> None:
+    doc = small_cache("NVIDIA RTX A4000")
+    a = import_file(write(tmp_path / "a.json", doc))
+    again = import_file(tmp_path / "a.json")
+    zipped = import_file(write(tmp_path / "b.json.gz", doc))
+    assert a.run_id == again.run_id == zipped.run_id
+    doc["cache"]["32,2"]["time"] = 0.45
+    assert import_file(write(tmp_path / "c.json", doc)).run_id != a.run_id
+
+
+def test_unknown_kernels_and_devices_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(KernelTunerImportError, match="unregistered op"):
+        import_file(write(tmp_path / "k.json", small_cache("W7800", kernel="gemm_tc_kernel")))
+    with pytest.raises(Exception, match="unknown hardware"):
+        import_file(write(tmp_path / "Voodoo.json", small_cache("")))
+
+
+def test_probe_run_jsonl_round_trips_through_the_loader(tmp_path: Path) -> None:
+    run = import_file(write(tmp_path / "W6600.json", small_cache("")))
+    (tmp_path / "runs").mkdir()
+    write_jsonl([run, run], tmp_path / "runs" / "runs.jsonl.gz")
+    loaded = load_runs([tmp_path / "runs"])
+    assert [r.run_id for r in loaded] == [run.run_id] * 2
+    assert loaded[0] == run
+
+
+def test_push_sends_gzipped_batches_with_the_token(tmp_path: Path) -> None:
+    run = import_file(write(tmp_path / "A4000.json", small_cache("")))
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        body = json.loads(gzip.decompress(request.content))
+        n = sum(len(r["measurements"]) for r in body["runs"])
+        return httpx.Response(200, json={"accepted": len(body["runs"]), "measurements": n})
+
+    totals = push_runs(
+        [run], url="http://tps.test/", token="s3cret", transport=httpx.MockTransport(handler)
+    )
+    assert totals == {"accepted": 1, "duplicates": 0, "measurements": 3}
+    assert seen[0].url.path == "/v1/probe-runs"
+    assert seen[0].headers["authorization"] == "Bearer s3cret"
+    assert seen[0].headers["content-encoding"] == "gzip"
