@@ -408,9 +408,12 @@ def choose_winner(
 
 
 DEFAULT_PROVIDERS: dict[str, tuple[str, ...]] = {
-    "cpu": ("vendor-default", "cpu-torch", "cpu-numpy"),
-    "nvidia": ("vendor-default", "padded", "cublaslt", "triton"),
-    "amd": ("vendor-default", "padded", "hipblaslt", "triton"),
+    "cpu": ("vendor-default", "cpu-torch", "cpu-numpy", "torch-conv", "im2col",
+            "layernorm-composite"),
+    "nvidia": ("vendor-default", "padded", "cublaslt", "triton", "torch-conv", "im2col",
+               "layernorm-composite"),
+    "amd": ("vendor-default", "padded", "hipblaslt", "triton", "torch-conv", "im2col",
+            "layernorm-composite"),
 }
 
 

@@ -40,6 +40,9 @@ class ProbeSettings(BaseModel):
             "triton": 3,
             "cpu-torch": 6,
             "cpu-numpy": 1,
+            "torch-conv": 3,
+            "im2col": 1,
+            "layernorm-composite": 1,
         }
     )
     cublaslt_limit: int = Field(default=32, ge=1, le=256)

@@ -15,6 +15,7 @@ from tps.candidate import Candidate
 from tps.problem import DTYPE_BYTES, ProblemKey
 
 DTYPES = frozenset({"bf16", "fp16", "fp32", "tf32"})
+MAX_LAYERNORM_COLS = 32768  # one row per program, held in registers
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages), best first per M range:
 # skinny decode-like products want small M tiles and deep K; large ones want wide tiles.
@@ -60,7 +61,7 @@ def as_params(cfg: tuple[int, ...]) -> dict[str, int]:
 @PROVIDERS.register("triton")
 class TritonGemmProvider:
     backend = "triton"
-    ops = frozenset({"gemm"})
+    ops = frozenset({"gemm", "layernorm"})
 
     def __init__(self, smem_limit: int | None = None) -> None:
         self.smem_limit = smem_limit
@@ -85,6 +86,12 @@ class TritonGemmProvider:
     def candidates(
         self, problem: ProblemKey, device: Device, *, limit: int, operands: Any = None
     ) -> list[Candidate]:
+        if problem.op == "layernorm":
+            if problem.dims["cols"] > MAX_LAYERNORM_COLS:
+                return []
+            return [Candidate(backend=self.backend, params={"kernel": "layernorm-row",
+                                                            "num_warps": w})
+                    for w in (4, 8, 16)][:limit]
         if problem.dtype not in DTYPES:
             return []
         limit_bytes = self._smem_limit(device)
@@ -100,6 +107,8 @@ class TritonGemmProvider:
 
         from agents.providers.triton_kernels import gemm_kernel
 
+        if problem.op == "layernorm":
+            return self._prepare_layernorm(candidate, problem, operands)
         if problem.dtype not in DTYPES:
             raise CandidateError(f"the Triton GEMM does not take {problem.dtype}")
         p = candidate.params
@@ -127,6 +136,27 @@ class TritonGemmProvider:
                 GROUP_M=p["GROUP_M"], IEEE=ieee,
                 num_warps=p["num_warps"], num_stages=p["num_stages"],
             )
+            return out
+
+        return Kernel(candidate=candidate, run=run, poison=lambda: out.fill_(float("nan")))
+
+    def _prepare_layernorm(
+        self, candidate: Candidate, problem: ProblemKey, operands: Any
+    ) -> Kernel:
+        import torch
+        import triton
+
+        from agents.providers.triton_kernels import layernorm_kernel
+
+        x, w, b = operands.x, operands.weight, operands.bias
+        rows, cols = x.shape
+        out = torch.empty_like(x)
+        block = triton.next_power_of_2(cols)
+        warps = int(candidate.params.get("num_warps") or 4)
+
+        def run() -> Any:
+            layernorm_kernel[(rows,)](x, w, b, out, x.stride(0), out.stride(0), cols,
+                                      operands.eps, BLOCK=block, num_warps=warps)
             return out
 
         return Kernel(candidate=candidate, run=run, poison=lambda: out.fill_(float("nan")))

@@ -16,21 +16,29 @@ from tps.problem import ProblemKey
 def parse_problem(
     op: str, shape: str, dtype: str, *, trans_a: bool = False, trans_b: bool = False
 ) -> ProblemKey:
-    """Build a ProblemKey from CLI words: gemm MxNxK[xBATCH], layernorm ROWSxCOLS."""
+    """Build a ProblemKey from CLI words: gemm MxNxK[xBATCH], layernorm ROWSxCOLS,
+    conv2d NxCxHxWxKxRxS[xSTRIDE[xPAD]]."""
     try:
         sizes = [int(x) for x in shape.lower().split("x")]
     except ValueError:
         raise typer.BadParameter(f"shape {shape!r} must be sizes joined by 'x'") from None
-    names = {"gemm": ("m", "n", "k", "batch"), "layernorm": ("rows", "cols"), "add": ("numel",)}
+    names = {"gemm": ("m", "n", "k", "batch"), "layernorm": ("rows", "cols"),
+             "conv2d": ("n", "c", "h", "w", "k", "r", "s", "stride", "pad")}
+    least = {"gemm": 3, "layernorm": 2, "conv2d": 7}
     if op not in names:
         raise typer.BadParameter(f"--op {op!r}: the CLI probes {', '.join(names)}")
     expected = names[op]
-    minimum = 3 if op == "gemm" else len(expected)
+    minimum = least[op]
     if not minimum <= len(sizes) <= len(expected):
         raise typer.BadParameter(f"{op} shape is {'x'.join(expected[:minimum]).upper()}")
     try:
-        return ProblemKey(op=op, dtype=dtype, dims=dict(zip(expected, sizes, strict=False)),
-                          trans_a=trans_a, trans_b=trans_b)
+        return ProblemKey(
+            op=op,
+            dtype=dtype,
+            dims=dict(zip(expected, sizes, strict=False)),
+            trans_a=trans_a,
+            trans_b=trans_b,
+        )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
 
@@ -52,18 +60,31 @@ def summary(run: Any) -> dict[str, Any]:
         "problem": run.problem.canonical(),
         "hardware": run.hardware.name,
         "winner": (
-            {"id": winner.candidate.id, "backend": winner.candidate.backend,
-             "params": winner.candidate.params, "median_us": winner.median_us}
-            if winner else None
+            {
+                "id": winner.candidate.id,
+                "backend": winner.candidate.backend,
+                "params": winner.candidate.params,
+                "median_us": winner.median_us,
+            }
+            if winner
+            else None
         ),
         "speedup_vs_default": speedup,
         "probe_ms": run.budget_ms,
         "compile_ms": run.compile_ms,
         "rationale": run.rationale,
         "candidates": [
-            {"id": m.candidate.id, "backend": m.candidate.backend, "params": m.candidate.params,
-             "median_us": m.median_us, "p10_us": m.p10_us, "p90_us": m.p90_us,
-             "samples": m.samples, "valid": m.valid, "error": m.error}
+            {
+                "id": m.candidate.id,
+                "backend": m.candidate.backend,
+                "params": m.candidate.params,
+                "median_us": m.median_us,
+                "p10_us": m.p10_us,
+                "p90_us": m.p90_us,
+                "samples": m.samples,
+                "valid": m.valid,
+                "error": m.error,
+            }
             for m in run.measurements
         ],
     }
@@ -74,8 +95,9 @@ def register(agent_app: typer.Typer) -> None:
 
     @agent_app.command("probe")
     def probe(
-        shape: Annotated[str, typer.Option(help="GEMM MxNxK[xBATCH], e.g. 4096x4096x4096")],
-        op: Annotated[str, typer.Option(help="gemm (conv2d and layernorm follow)")] = "gemm",
+        shape: Annotated[str, typer.Option(help="gemm MxNxK[xBATCH], layernorm ROWSxCOLS, "
+                                           "conv2d NxCxHxWxKxRxS[xSTRIDE[xPAD]]")],
+        op: Annotated[str, typer.Option(help="gemm, conv2d or layernorm")] = "gemm",
         dtype: Annotated[str, typer.Option(help="bf16, fp16, fp32, tf32, fp8_e4m3")] = "bf16",
         trans_a: Annotated[bool, typer.Option("--trans-a", help="A stored [K, M]")] = False,
         trans_b: Annotated[bool, typer.Option("--trans-b", help="B stored [N, K]")] = False,
@@ -94,9 +116,13 @@ def register(agent_app: typer.Typer) -> None:
         problem = parse_problem(op, shape, dtype, trans_a=trans_a, trans_b=trans_b)
         try:
             config = OpConfig.load(op_config) if op_config else None
-            engine = build_engine(device=device, op_config=config, host_id=cli_host_id(),
-                                  settings=ProbeSettings(cold_cache=cold_cache),
-                                  sm_limit=sm_limit)
+            engine = build_engine(
+                device=device,
+                op_config=config,
+                host_id=cli_host_id(),
+                settings=ProbeSettings(cold_cache=cold_cache),
+                sm_limit=sm_limit,
+            )
             run = engine.probe(problem)
         except (AgentError, ValueError) as exc:
             typer.echo(f"error: {exc}", err=True)
@@ -127,8 +153,12 @@ def _render(data: dict[str, Any], run: Any) -> None:
     winner = data["winner"]
     if winner:
         speedup = data["speedup_vs_default"]
-        console.print(f"winner: [bold]{winner['backend']}[/] {winner['params'] or ''} "
-                      f"{winner['median_us']:.2f} µs"
-                      + (f", {speedup:.3f}x vs vendor-default" if speedup else ""))
-    console.print(f"probe {data['probe_ms']:.1f} ms; compile/plan {data['compile_ms']:.1f} ms "
-                  "(reported apart)")
+        console.print(
+            f"winner: [bold]{winner['backend']}[/] {winner['params'] or ''} "
+            f"{winner['median_us']:.2f} µs"
+            + (f", {speedup:.3f}x vs vendor-default" if speedup else "")
+        )
+    console.print(
+        f"probe {data['probe_ms']:.1f} ms; compile/plan {data['compile_ms']:.1f} ms "
+        "(reported apart)"
+    )
