@@ -10,6 +10,7 @@ import logging
 import os
 
 import typer
+from rich.console import Console
 from rich.logging import RichHandler
 
 from tps.cli import agent_daemon, agent_probe, model, service
@@ -29,7 +30,9 @@ def _configure_logging() -> None:
     logging.basicConfig(
         level=level,
         format="%(message)s",
-        handlers=[RichHandler(rich_tracebacks=False, show_path=False)],
+        handlers=[
+            RichHandler(console=Console(stderr=True), rich_tracebacks=False, show_path=False)
+        ],
     )
 
 
