@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from importlib.resources import files
 from pathlib import Path
+from typing import TextIO
 
 from alembic import command
 from alembic.config import Config
@@ -12,7 +13,7 @@ from alembic.config import Config
 from services.profiler_api.db import sqlalchemy_url
 
 
-def alembic_config(url: str, *, stdout: io.TextIOBase | None = None) -> Config:
+def alembic_config(url: str, *, stdout: TextIO | None = None) -> Config:
     """Return an Alembic config for `url` that works from any working directory."""
     location = Path(str(files("migrations")))
     config = Config(str(location / "alembic.ini"), stdout=stdout or io.StringIO())

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.selectable import ScalarSelect
 
 from services.profiler_api.fleet.schemas import FleetStats, HardwareEntry
 from services.profiler_api.orm import (
+    Base,
     CandidateRow,
     Hardware,
     MeasurementRow,
@@ -50,7 +52,7 @@ def list_hardware(session: Session, *, limit: int, offset: int) -> list[Hardware
 def fleet_stats(session: Session, *, org_id: int) -> FleetStats:
     """Count what is stored, and how many runs came from organisation `org_id`."""
 
-    def count(model: type) -> object:
+    def count(model: type[Base]) -> ScalarSelect[int]:
         return select(func.count()).select_from(model).scalar_subquery()
 
     row = session.execute(
