@@ -5,7 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -162,3 +162,16 @@ def test_a_count_too_large_for_its_column_is_a_422(live_service: LiveService) ->
     assert response.status_code == 422, response.text
     assert "runs.0.measurements.2.outliers_rejected" in response.json()["detail"]
     assert _nothing_stored(live_service, batch)
+
+
+def test_streamed_body_over_32_mib_is_stopped_while_reading(live_service: LiveService) -> None:
+    def chunks() -> Iterator[bytes]:  # chunked encoding: no Content-Length to refuse up front
+        yield b'{"runs": ['
+        for _ in range(33):
+            yield b" " * 2**20
+        yield b"]}"
+
+    with live_service.client() as client:
+        response = client.post("/v1/probe-runs", content=chunks())
+    assert response.status_code == 413
+    assert "33554432" in response.json()["detail"]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import zlib
 from collections.abc import AsyncIterator, Iterable
 
+from starlette.requests import ClientDisconnect
+
 from services.profiler_api.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
 
 _GZIP_WBITS = 16 + zlib.MAX_WBITS
@@ -28,15 +30,22 @@ def check_encoding(content_encoding: str | None) -> str:
     raise UnsupportedMediaType(f"Content-Encoding {content_encoding!r} is not supported; use gzip")
 
 
-async def read_raw(stream: AsyncIterator[bytes], *, limit: int) -> list[bytes]:
+async def read_raw(
+    stream: AsyncIterator[bytes], *, limit: int, content_length: str | None = None
+) -> list[bytes]:
     """Collect the body's chunks as sent, raising PayloadTooLarge past `limit` bytes."""
+    if content_length is not None and content_length.isdigit() and int(content_length) > limit:
+        raise _too_large(limit)  # declared too large: refuse before reading any of it
     chunks: list[bytes] = []
     size = 0
-    async for chunk in stream:
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit)
-        chunks.append(chunk)
+    try:
+        async for chunk in stream:
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(limit)
+            chunks.append(chunk)
+    except ClientDisconnect as exc:
+        raise BadRequest("the client disconnected before sending the whole body") from exc
     return chunks
 
 

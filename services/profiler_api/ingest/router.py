@@ -57,7 +57,9 @@ async def post_probe_runs(
     limit = settings.max_body_bytes
     try:
         encoding = check_encoding(content_encoding)
-        chunks = await read_raw(request.stream(), limit=limit)
+        chunks = await read_raw(
+            request.stream(), limit=limit, content_length=request.headers.get("content-length")
+        )
         metrics.ingest_bytes.labels("received").inc(sum(map(len, chunks)))
         # Inflating, parsing and writing are CPU and database work: off the event loop.
         result = await run_in_threadpool(
