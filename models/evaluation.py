@@ -148,8 +148,14 @@ def evaluate_holdout(
     "policy", ...}`; figures are means over the held-out hardware's problems.
     """
     data = data.for_op(op)
+    holdout, _, dtype = holdout.partition("/")
     held = match_hardware(data, holdout)
     in_holdout = data.frame["hw_key"].isin(held)
+    if dtype:
+        dtypes = data.frame["problem_hash"].map({k: p.dtype for k, p in data.problems.items()})
+        in_holdout &= dtypes == dtype
+        if not in_holdout.any():
+            raise EvaluationError(f"no {dtype} measurements of op {op!r} on {holdout!r}")
     train = data.subset(~in_holdout)
     if train.frame.empty:
         raise EvaluationError(f"nothing left to train on without {holdout!r} for op {op!r}")
@@ -160,8 +166,9 @@ def evaluate_holdout(
         for _, group in test.groupby(["hw_key", "problem_hash"], sort=True)
     ]
     labels = sorted({hardware_label(data.hardware[k]) for k in held})
+    name = labels[0] if len(labels) == 1 else ",".join(labels)
     return {
-        "holdout": labels[0] if len(labels) == 1 else labels,
+        "holdout": f"{name}/{dtype}" if dtype else name,
         "op": op,
         "n_candidates": int(np.mean([r.n_candidates for r in results])),
         "n_problems": len(results),
@@ -185,18 +192,34 @@ def leave_one_out(
     policy: BlendPolicy = DEFAULT_POLICY,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
-    """Run `evaluate_holdout` for every hardware configuration of every op."""
+    """Run `evaluate_holdout` for every configuration of every op.
+
+    A configuration is a hardware label (an SM limit makes its own); where one hardware ran
+    the op in several dtypes, each (hardware, dtype) is held out on its own.
+    """
     reports = []
     for op in ops or data.ops:
         op_data = data.for_op(op)
-        for label in sorted(set(op_data.hardware_labels().values())):
-            log.debug("leave-one-out: op %s, holding out %s", op, label)
+        for name in configurations(op_data):
+            log.debug("leave-one-out: op %s, holding out %s", op, name)
             reports.append(
                 evaluate_holdout(
-                    op_data, label, op=op, model_params=model_params, policy=policy, seed=seed
+                    op_data, name, op=op, model_params=model_params, policy=policy, seed=seed
                 )
             )
     return reports
+
+
+def configurations(data: TuningData) -> list[str]:
+    """Return the holdout names of `data`: labels, or `label/dtype` where dtypes vary."""
+    dtype_of = {k: p.dtype for k, p in data.problems.items()}
+    pairs = data.frame[["hw_label", "problem_hash"]].drop_duplicates()
+    pairs = pairs.assign(dtype=pairs["problem_hash"].map(dtype_of))
+    names = []
+    for label, rows in pairs.groupby("hw_label", sort=True):
+        dtypes = sorted(rows["dtype"].unique())
+        names.extend([f"{label}/{d}" for d in dtypes] if len(dtypes) > 1 else [label])
+    return names
 
 
 def summarise(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:

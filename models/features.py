@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -24,8 +25,9 @@ PARAM_PREFIX = "param_"
 DIM_PREFIX = "dim_"
 # Kernel Tuner names thread-block and tile sizes per axis; GEMM backends per matrix side.
 _AXES = ("x", "y", "z")
-_GEMM_TILE_M = ("block_m", "tile_m", "blk_m", "mt0")
-_GEMM_TILE_N = ("block_n", "tile_n", "blk_n", "mt1")
+_GEMM_TILE_M = ("block_m", "tile_m", "blk_m", "mt0", "tile_0")
+_GEMM_TILE_N = ("block_n", "tile_n", "blk_n", "mt1", "tile_1")
+_SHAPE = re.compile(r"^\d+(x(\d+|auto))+$", re.IGNORECASE)
 
 
 def stable_code(value: str) -> float:
@@ -104,6 +106,11 @@ def candidate_features(candidate: Candidate) -> dict[str, float]:
             feats[key] = float(value)
         else:
             feats[key] = stable_code(str(value))
+            # Shapes written as "128x256" (cuBLASLt tiles, clusters) also give their sides.
+            if _SHAPE.match(str(value)):
+                for i, side in enumerate(str(value).split("x")):
+                    if side.isdigit():
+                        feats[f"{key}_{i}"] = float(side)
     return feats
 
 

@@ -45,11 +45,12 @@ def score_at_k(true_us: np.ndarray, order: np.ndarray, k: int) -> float:
 
 
 def scores_at_ks(true_us: np.ndarray, order: np.ndarray, ks: range) -> list[float]:
-    """Return score@k for each k in `ks` (one pass over the order)."""
+    """Return score@k for each k in `ks` (one pass; k past the end means every candidate)."""
     t = _clean(true_us)
     running = np.minimum.accumulate(t[np.asarray(order)[: max(ks)]])
     best = t.min()
-    return [float(best / running[k - 1]) if np.isfinite(running[k - 1]) else 0.0 for k in ks]
+    picks = [running[min(k, len(running)) - 1] for k in ks]
+    return [float(best / p) if np.isfinite(p) else 0.0 for p in picks]
 
 
 def regret_at_1(true_us: np.ndarray, order: np.ndarray) -> float | None:

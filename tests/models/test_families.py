@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from models.dataset import TuningData
+from models.evaluation import configurations
 from models.families import ShapeFamilies, family_oracle_loss
 from tps.candidate import Candidate
 from tps.catalog import resolve
@@ -50,6 +51,18 @@ def test_kmeans_families_separate_shapes_and_keep_winners(gemm_data: TuningData)
     assert families.winners(gemm(9000, 9000, 4096))[0] == LARGE.id
     restored = ShapeFamilies.from_dict(families.to_dict())
     assert restored.winners(gemm(100, 90, 4096)) == families.winners(gemm(100, 90, 4096))
+
+
+def test_configurations_split_hardware_by_dtype(gemm_data: TuningData) -> None:
+    assert configurations(gemm_data) == ["NVIDIA H200"]
+    fp16 = run(gemm(64, 64, 4096).model_copy(update={"dtype": "fp16"}), 99)
+    limited = run(gemm(64, 64, 4096), 98)
+    limited = limited.model_copy(
+        update={"hardware": limited.hardware.model_copy(update={"unit_limit": 66})}
+    )
+    runs = [run(p, i) for i, p in enumerate(gemm_data.problems.values())] + [fp16, limited]
+    names = configurations(TuningData.from_runs(runs))
+    assert names == ["NVIDIA H200/bf16", "NVIDIA H200/fp16", "NVIDIA H200@66u"]
 
 
 def test_family_winners_lose_nothing_against_the_oracle_here(gemm_data: TuningData) -> None:

@@ -20,6 +20,7 @@ def test_scores_of_a_known_ranking() -> None:
     assert scores_at_ks(TRUE_US, order, range(1, 7)) == pytest.approx(
         [0, 5 / 12, 5 / 10, 5 / 5.1, 5 / 5.1, 1.0]
     )
+    assert scores_at_ks(TRUE_US, order, range(1, 21))[6:] == [1.0] * 14  # k past the end
 
 
 def test_perfect_and_reversed_orders() -> None:

@@ -1,0 +1,155 @@
+"""Leave-one-GPU-out figures of the cross-architecture model, as BENCHMARKS.md shows them.
+
+Runs `tps evaluate --all --json` on the shared Kernel Tuner data (and, when present, leave-
+one-configuration-out on the H200 GEMM probe runs in benchmarks/data/), writes the raw
+reports to benchmarks/results/model_*.json, a score@k plot per dataset, and prints the
+Markdown tables.
+
+    .venv/bin/python benchmarks/model_eval.py [--kernel-tuner DIR] [--gemm DIR] [--skip-gemm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+TPS = str(Path(sys.executable).with_name("tps"))
+SOURCES = ("model", "policy", "baseline_nearest", "baseline_random")
+
+
+def machine() -> str:
+    cpus = os.cpu_count()
+    return f"{platform.machine()} {platform.processor() or ''} {cpus} CPUs, no GPU".strip()
+
+
+def run_evaluate(data: Path, plot: Path) -> tuple[dict, list[str], float]:
+    command = [TPS, "evaluate", "--data", str(data), "--all", "--json", "--plot", str(plot)]
+    started = time.perf_counter()
+    out = subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO)
+    return json.loads(out.stdout), command, time.perf_counter() - started
+
+
+def fmt(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3f}" if value < 100 else f"{value:.0f}"
+    return str(value)
+
+
+def table(reports: list[dict]) -> str:
+    lines = [
+        "| op | held out | candidates | source | score@1 | score@5 | regret@1 | probes to 3% "
+        "| Spearman | median APE |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in reports:
+        for source in SOURCES:
+            f = r.get(source) or {}
+            if not f:
+                continue
+            lines.append(
+                f"| {r['op']} | {r['holdout']} | {r['n_candidates']} | {source} | "
+                + " | ".join(
+                    fmt(f.get(m))
+                    for m in (
+                        "score_at_1",
+                        "score_at_5",
+                        "regret_at_1",
+                        "probes_to_3pct",
+                        "spearman",
+                        "median_ape",
+                    )
+                )
+                + " |"
+            )
+    return "\n".join(lines)
+
+
+def summary_table(summary: list[dict]) -> str:
+    lines = [
+        "| op | source | mean score@1 | mean score@5 | mean probes to 3% "
+        "| holdouts ≥ nearest (s@1) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in summary:
+        for source in SOURCES:
+            wins = s.get(f"{source}.holdouts_at_least_nearest_s1")
+            won = "-" if wins is None else f"{wins}/{s['holdouts']}"
+            lines.append(
+                f"| {s['op']} | {source} | {fmt(s.get(f'{source}.score_at_1'))} | "
+                f"{fmt(s.get(f'{source}.score_at_5'))} | "
+                f"{fmt(s.get(f'{source}.probes_to_3pct'))} | "
+                f"{won} |"
+            )
+    return "\n".join(lines)
+
+
+def gemm_families(data: Path) -> dict:
+    from models.dataset import TuningData
+    from models.families import family_oracle_loss
+    from models.sources import load_runs
+
+    tuning = TuningData.from_runs(load_runs([data]))
+    return family_oracle_loss(tuning, op="gemm", n_families=8)
+
+
+def evaluate(name: str, data: Path, out: Path, plot: Path, extra: dict | None = None) -> None:
+    payload, command, wall = run_evaluate(data, plot)
+    relative = [c if not c.startswith(str(REPO)) else os.path.relpath(c, REPO) for c in command]
+    doc = {
+        "dataset": name,
+        "command": " ".join([".venv/bin/tps", *relative[1:]]),
+        "machine": machine(),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "wall_s": round(wall, 1),
+        **payload,
+        **(extra or {}),
+    }
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"## {name}\n\n`{doc['command']}` ({doc['machine']}, {doc['date']}, {wall:.0f} s)\n")
+    print(summary_table(payload["summary"]) + "\n")
+    print(table(payload["reports"]) + "\n")
+    if extra:
+        print(json.dumps(extra, indent=1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--kernel-tuner", type=Path, default=REPO.parent / "shared" / "datasets" / "kernel_tuner"
+    )
+    parser.add_argument("--gemm", type=Path, default=REPO / "benchmarks" / "data")
+    parser.add_argument("--skip-gemm", action="store_true")
+    parser.add_argument("--skip-kernel-tuner", action="store_true")
+    args = parser.parse_args()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    if not args.skip_kernel_tuner:
+        evaluate(
+            "Kernel Tuner, leave-one-GPU-out",
+            args.kernel_tuner,
+            RESULTS / "model_loo.json",
+            RESULTS / "model_score_at_k.png",
+        )
+    gemm_files = sorted(args.gemm.glob("*.jsonl*")) if args.gemm.is_dir() else []
+    if not args.skip_gemm and gemm_files:
+        evaluate(
+            "H200 GEMM, leave-one-configuration-out (SM limits, dtypes)",
+            args.gemm,
+            RESULTS / "model_gemm_loco.json",
+            RESULTS / "model_gemm_score_at_k.png",
+            extra={"families": gemm_families(args.gemm)},
+        )
+
+
+if __name__ == "__main__":
+    main()
