@@ -17,6 +17,9 @@ from rich.console import Console
 
 console = Console()
 
+# Other domains add their benchmarks here: `service.bench_app.command("priors")(...)`.
+bench_app = typer.Typer(no_args_is_help=True, help="Measure the service (and other parts).")
+
 DatabaseUrl = Annotated[
     str | None,
     typer.Option(
@@ -171,6 +174,5 @@ def register(app: typer.Typer) -> None:
     token_app = typer.Typer(no_args_is_help=True, help="Manage bearer tokens.")
     token_app.command("create")(token_create)
     app.add_typer(token_app, name="token")
-    bench_app = typer.Typer(no_args_is_help=True, help="Measure the service.")
     bench_app.command("ingest")(bench_ingest)
     app.add_typer(bench_app, name="bench")
