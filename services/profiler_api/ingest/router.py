@@ -15,9 +15,26 @@ from services.profiler_api.ingest import service
 from services.profiler_api.ingest.body import check_encoding, inflate, read_raw
 from services.profiler_api.ingest.readback import load_run
 from services.profiler_api.metrics import ServiceMetrics
-from tps.schemas import IngestResult, ProbeRun, ProbeRunBatch
+from tps.schemas import MAX_BATCH_RUNS, IngestResult, ProbeRun
 
 router = APIRouter(prefix="/v1", tags=["ingest"])
+
+# The body is read and validated by hand (size limits, gzip), so FastAPI does not see the
+# model; describe it for /docs, pointing at the ProbeRun schema the GET route publishes.
+_BATCH_SCHEMA = {
+    "title": "ProbeRunBatch",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["runs"],
+    "properties": {
+        "runs": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": MAX_BATCH_RUNS,
+            "items": {"$ref": "#/components/schemas/ProbeRun"},
+        }
+    },
+}
 
 
 def _decode_and_ingest(
@@ -40,7 +57,7 @@ def _decode_and_ingest(
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": ProbeRunBatch.model_json_schema()}},
+            "content": {"application/json": {"schema": _BATCH_SCHEMA}},
         }
     },
     summary="Store a batch of probe runs (idempotent by run id, all or nothing)",
