@@ -554,6 +554,15 @@ def test_sigterm_stops_cleanly_and_status_reads_the_spool(
             timeout_s=90,
             what="the agent to probe 30 problems",
         )
+        # Status works from another process while the daemon holds the spool.
+        live = subprocess.run(
+            [*tps, "agent", "status", "--config", str(config)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert live.returncode == 0 and "running" in live.stdout, live.stdout + live.stderr
         proc.send_signal(signal.SIGTERM)
         output, _ = proc.communicate(timeout=60)
     finally:
