@@ -69,6 +69,15 @@ class WaitRetryAfter:
         return self.backoff(retry_state)
 
 
+def _interruptible(stop: threading.Event) -> Callable[[float], None]:
+    """Return a sleep that wakes up at once when the daemon is asked to stop."""
+
+    def sleep(seconds: float) -> None:
+        stop.wait(seconds)
+
+    return sleep
+
+
 class Pusher:
     """Move runs from the spool to the service; delete them only after a 2xx."""
 
@@ -143,8 +152,7 @@ class Pusher:
             retry=retry_if_exception(lambda exc: isinstance(exc, PushError) and exc.retryable),
             stop=stop_after_attempt(self.policy.max_attempts) | stop_when_event_set(stop),
             wait=WaitRetryAfter(self.policy),
-            # Backoff sleeps wake up at once when the daemon is asked to stop.
-            sleep=self.sleep or stop.wait,
+            sleep=self.sleep or _interruptible(stop),
             reraise=True,
             before_sleep=self._log_retry,
         )

@@ -216,7 +216,8 @@ class Spool:
             rows = conn.execute(
                 "SELECT seq, run_id, body, digest FROM runs ORDER BY seq LIMIT ?", (limit,)
             ).fetchall()
-            good, bad = [], []
+            good: list[SpooledRun] = []
+            bad: list[SpooledRun] = []
             for seq, run_id, body, digest in rows:
                 body = body.encode() if isinstance(body, str) else bytes(body)
                 (good if _digest(body) == digest else bad).append(SpooledRun(seq, run_id, body))
