@@ -17,6 +17,7 @@ from tps.problem import ProblemKey
 from tps.schemas import Measurement, ProbeRun
 
 HOST_ID = host_id(machine_id="test-machine", secret=b"test-secret")
+SECRET = "test-deployment-secret"
 
 CPU = HardwareSpec(
     vendor="cpu",
@@ -114,3 +115,30 @@ def spool(tmp_path: Path) -> Spool:
 @pytest.fixture
 def metrics() -> AgentMetrics:
     return AgentMetrics()
+
+
+@pytest.fixture(scope="session")
+def cpu_engine(tmp_path_factory: pytest.TempPathFactory):
+    """The real probe engine on the CPU, with a small sampling budget to keep tests short."""
+    import torch
+
+    from agents.daemon.identity import host_id, read_machine_id
+    from agents.opconfig import OpConfig, TunableOpEntry
+    from agents.probe.engine import build_engine
+    from agents.probe.settings import ProbeSettings
+
+    settings = ProbeSettings(
+        samples=3, min_samples=3, max_samples=3, max_extra_ms=0, target_sample_us=5, max_reps=1
+    )
+    # On a shared 2-core machine, multi-threaded tiny GEMMs spin against other processes:
+    # one thread keeps a probe at ~10 ms instead of ~150 ms.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield build_engine(
+        device="cpu",
+        host_id=host_id(machine_id=read_machine_id(), secret=SECRET.encode()),
+        settings=settings,
+        op_config=OpConfig(tunable_ops=[TunableOpEntry(name="gemm", candidates=1)]),
+        bans_path=tmp_path_factory.mktemp("bans") / "bans.json",
+    )
+    torch.set_num_threads(threads)

@@ -27,12 +27,12 @@ import pytest
 from agents.daemon.assemble import AssembledAgent, build_daemon
 from agents.daemon.settings import AgentSettings, SourceSettings
 from agents.daemon.status import read_status
+from tests.agents.daemon.conftest import SECRET
 from tests.agents.daemon.harness import OwnedPostgres, ServiceProcess, free_port
 from tps.candidate import VENDOR_DEFAULT
 
 pytestmark = pytest.mark.slow
 
-SECRET = "test-deployment-secret"
 MODEL_NAMES = ("llama3-8b", "mixtral-8x7b", "qwen2-72b")
 
 
@@ -82,33 +82,6 @@ def service(database_url: str, tmp_path: Path) -> Iterator[ServiceProcess]:
     )
     yield proc
     proc.stop()
-
-
-@pytest.fixture(scope="module")
-def cpu_engine(tmp_path_factory: pytest.TempPathFactory):
-    """The real probe engine on the CPU, with a small sampling budget to keep tests short."""
-    import torch
-
-    from agents.daemon.identity import host_id, read_machine_id
-    from agents.opconfig import OpConfig, TunableOpEntry
-    from agents.probe.engine import build_engine
-    from agents.probe.settings import ProbeSettings
-
-    settings = ProbeSettings(
-        samples=3, min_samples=3, max_samples=3, max_extra_ms=0, target_sample_us=5, max_reps=1
-    )
-    # On a shared 2-core machine, multi-threaded tiny GEMMs spin against other processes:
-    # one thread keeps a probe at ~10 ms instead of ~150 ms.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield build_engine(
-        device="cpu",
-        host_id=host_id(machine_id=read_machine_id(), secret=SECRET.encode()),
-        settings=settings,
-        op_config=OpConfig(tunable_ops=[TunableOpEntry(name="gemm", candidates=1)]),
-        bans_path=tmp_path_factory.mktemp("bans") / "bans.json",
-    )
-    torch.set_num_threads(threads)
 
 
 def write_shapes(path: Path, count: int) -> Path:
