@@ -1,4 +1,7 @@
-"""SQL of ingest: one statement per table per batch, COPY for the measurements.
+"""SQL of ingest: one COPY per table per batch, never a row at a time.
+
+Measurements are copied straight into their table; every other table is copied into a
+temporary staging table and moved with one INSERT ... ON CONFLICT.
 
 Keys are inserted in sorted order so that concurrent batches take row locks in the
 same order and cannot deadlock each other.
@@ -115,12 +118,10 @@ def _merge(
     Python than the whole insert); the ordered INSERT gives idempotency and lock order.
     """
     stage = f"stage_{table}"
-    conn.execute(
-        f"CREATE TEMP TABLE IF NOT EXISTS {stage} (LIKE {table} INCLUDING DEFAULTS) "
-        "ON COMMIT DELETE ROWS"
-    )
+    # One stage per pooled connection, kept; a rollback empties it with everything else.
+    conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS {stage} (LIKE {table} INCLUDING DEFAULTS)")
     _copy(conn, stage, columns, rows, types=types)
-    # Moving (DELETE ... RETURNING) leaves the stage empty even when the transaction goes on.
+    # Moving (DELETE ... RETURNING) leaves the stage empty for the connection's next batch.
     cursor = conn.execute(
         f"WITH moved AS (DELETE FROM {stage} RETURNING {columns}) "
         f"INSERT INTO {table} AS s ({columns}) SELECT {columns} FROM moved "
