@@ -9,7 +9,7 @@ from services.profiler_api import migrate
 from services.profiler_api.db import libpq_url, scratch_database
 from services.profiler_api.orm import Base
 
-TABLES = {
+CORE_TABLES = {
     "organisations",
     "tokens",
     "hardware",
@@ -19,6 +19,8 @@ TABLES = {
     "measurements",
     "candidate_stats",
 }
+# Every table the ORM knows (later domains add theirs), which must include the core ones.
+TABLES = set(Base.metadata.tables)
 
 
 def _tables(url: str) -> set[str]:
@@ -30,10 +32,11 @@ def _tables(url: str) -> set[str]:
 
 
 def test_migrations_upgrade_and_downgrade_cleanly(postgres_server_url: str) -> None:
+    assert CORE_TABLES <= TABLES
     with scratch_database(postgres_server_url, prefix="tps_migrations") as url:
         migrate.upgrade(url)
         assert _tables(url) == TABLES
-        assert migrate.current(url).startswith("0001")
+        assert migrate.current(url).endswith("(head)")
         migrate.downgrade(url, "base")
         assert _tables(url) == set()
         assert migrate.current(url) == ""
