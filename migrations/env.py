@@ -10,6 +10,9 @@ from sqlalchemy import create_engine, pool
 from services.profiler_api.db import sqlalchemy_url
 from services.profiler_api.orm import Base
 
+# A domain that adds tables with its own models module imports it here, so that
+# autogenerate and the ORM-vs-migrations test see them (they share Base.metadata).
+
 config = context.config
 target_metadata = Base.metadata
 
