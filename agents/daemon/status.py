@@ -40,6 +40,12 @@ def _when(value: object) -> datetime | None:
     return None
 
 
+def _has_schema(conn: sqlite3.Connection) -> bool:
+    # The daemon may have created the file but not yet its tables.
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    return {"runs", "meta"} <= names
+
+
 def read_status(spool_path: Path) -> AgentStatus:
     """Read the status an agent left in `spool_path` (no daemon needs to be running)."""
     if not spool_path.exists():
@@ -47,6 +53,8 @@ def read_status(spool_path: Path) -> AgentStatus:
     try:
         conn = sqlite3.connect(f"file:{spool_path}?mode=ro", uri=True, timeout=10)
         try:
+            if not _has_schema(conn):
+                return AgentStatus(spool_path=str(spool_path), state="starting")
             state = read_state(conn)
         finally:
             conn.close()
