@@ -34,7 +34,16 @@ class OwnedPostgres:
         from services.profiler_api.db import sqlalchemy_url
 
         self.pgdata.parent.mkdir(parents=True, exist_ok=True)
-        self.server = pgserver.get_server(self.pgdata, cleanup_mode=None)
+        # pgserver gives pg_ctl 10 s to start, which a loaded machine can exceed; the server
+        # keeps starting, and the next call finds it running.
+        for attempt in range(3):
+            try:
+                self.server = pgserver.get_server(self.pgdata, cleanup_mode=None)
+                break
+            except (subprocess.TimeoutExpired, subprocess.CalledProcessError):
+                if attempt == 2:
+                    raise
+                time.sleep(5)
         self.url = sqlalchemy_url(self.server.get_uri())
         return self.url
 
