@@ -43,6 +43,8 @@ class OwnedPostgres:
             except (subprocess.TimeoutExpired, subprocess.CalledProcessError):
                 if attempt == 2:
                     raise
+                # Forget the half-made handle, or pgserver would hand it back.
+                pgserver.PostgresServer._instances.pop(self.pgdata.resolve(), None)
                 time.sleep(5)
         self.url = sqlalchemy_url(self.server.get_uri())
         return self.url
