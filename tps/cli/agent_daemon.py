@@ -56,6 +56,9 @@ def run(
     console.print(f"agent {agent.host_id[:12]} shipping to {settings.service_url}")
     try:
         agent.daemon.run(stop, once=once)
+    except AgentError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
     finally:
         agent.close()
 
