@@ -1,0 +1,25 @@
+"""The cross-architecture latency model: data in, training, evaluation, artifacts, priors.
+
+What the service calls (none of it imports the service):
+
+- Training from stored probe runs::
+
+      bundle = models.bundle.train_bundle(runs)          # Iterable[ProbeRun] or TuningData
+      artifact = bundle.to_bytes()                       # gzipped JSON, deterministic
+      digest = models.bundle.checksum(artifact)          # sha256 hex, for the registry row
+      bundle = ModelBundle.from_bytes(artifact, expected_checksum=digest)
+
+  With a Dask client, `train_bundle(runs, client=client)` trains the boosters on the cluster.
+
+- Quality gate on held-out data: `models.evaluation.evaluate_holdout(TuningData, name, op=...)`
+  and `leave_one_out(...)` / `summarise(...)` return plain dicts (score@1, score@5, ...).
+
+- Priors for (hardware, problem)::
+
+      models.priors.rank(bundle, hardware, problem, candidates=None, limit=8)
+          -> list[RankedCandidate(candidate, predicted_us, score, source, confidence)]
+
+  `source` is one of tps.schemas.PriorSource (observed, model, nearest, family); the blend
+  policy (models.policy.BlendPolicy) decides which source leads. `bundle.candidate_universe(op)`
+  lists the candidates known per op; `models.priors.family_winners(...)` the shape family's.
+"""
