@@ -8,8 +8,9 @@ import json
 from rich.console import Console
 from typer.testing import CliRunner
 
+from models.sources import read_probe_runs_jsonl
 from services.profiler_api.bench import IngestBenchConfig, run_ingest_bench
-from services.profiler_api.demo import run_demo
+from services.profiler_api.demo import H200_DATASET, run_demo
 from services.profiler_api.settings import Settings
 from tps.cli import app
 
@@ -27,8 +28,9 @@ def test_demo_pushes_runs_and_reads_priors(postgres_server_url: str) -> None:
     with scratch_database(postgres_server_url, prefix="tps_demo") as url:
         ctx = run_demo(Console(file=out, width=120), settings=Settings(database_url=url))
     text = out.getvalue()
-    assert len(ctx.runs) == 400
-    assert "400 accepted" in text
+    shipped = sum(1 for _ in read_probe_runs_jsonl(H200_DATASET))
+    assert shipped > 0 and len(ctx.runs) == shipped
+    assert f"{shipped} accepted" in text
     assert text.count("source: observed") == 3
 
 
