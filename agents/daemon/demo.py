@@ -16,6 +16,7 @@ from agents.daemon.assemble import build_daemon
 from agents.daemon.daemon import ProbeEngine
 from agents.daemon.settings import AgentSettings
 from agents.daemon.sources import FixedProblems, read_any
+from agents.probe.settings import ProbeSettings
 from tps.problem import ProblemKey
 from tps.schemas import ProbeRun
 
@@ -58,11 +59,14 @@ def run_agent_demo(
     priors_top_k: int = 4,
     state_dir: Path | None = None,
     engine: ProbeEngine | None = None,
+    probe: ProbeSettings | None = None,
 ) -> AgentDemoResult:
     """Run one agent over `shapes` (problems, or a shape-list/untuned file) against the service.
 
     Shows rich progress bars of runs probed and pushed and of priors used, then a table of
     the problems the priors steered. Returns what happened, for the caller to summarise.
+    `probe` trims the engine's sampling (a CPU demo wants few samples); `engine` replaces
+    the real engine built from `device`.
     """
     console = console or Console()
     problems = _problems(shapes, dtype)
@@ -75,6 +79,7 @@ def run_agent_demo(
         cache_path=state / "cache.json",
         deployment_secret=DEMO_SECRET,
         priors_top_k=priors_top_k,
+        probe=probe or ProbeSettings(),
         push_batch_runs=max(1, min(50, len(problems))),
         push_interval_s=0.2,
         push_max_attempts=5,
