@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import platform
 from pathlib import Path
 from typing import Any
+
+import platformdirs
 
 from agents.probe.device import Device
 from tps.catalog import merge_measured
@@ -15,13 +18,22 @@ from tps.hardware import HardwareSpec
 log = logging.getLogger(__name__)
 
 
-def detect_hardware(device: Device, *, measure_bandwidth: bool = False) -> HardwareSpec:
-    """Return the device's spec from the runtime, NVML and, for gaps, the datasheet catalog."""
-    spec = _detect_gpu(device, measure_bandwidth) if device.is_gpu else _detect_cpu(device)
-    return merge_measured(spec)
+def detect_hardware(
+    device: Device, *, measure_bandwidth: bool = False, memo_path: Path | None = None
+) -> HardwareSpec:
+    """Return the device's spec from the runtime, NVML and, for gaps, the datasheet catalog.
+
+    A CPU's copy bandwidth is measured once and remembered in `memo_path` (by default in
+    the user's cache folder): measured anew on every start it would wander by 10% and
+    change the hardware fingerprint, so the host would never find its own observations.
+    """
+    if device.is_gpu:
+        return merge_measured(_detect_gpu(device, measure_bandwidth))
+    memo = memo_path or platformdirs.user_cache_path("tps") / "cpu_bandwidth.json"
+    return merge_measured(_detect_cpu(device, measure=measure_bandwidth, memo_path=memo))
 
 
-def _detect_cpu(device: Device) -> HardwareSpec:
+def _detect_cpu(device: Device, *, measure: bool, memo_path: Path) -> HardwareSpec:
     import torch
 
     flags, name = _cpuinfo()
@@ -36,7 +48,7 @@ def _detect_cpu(device: Device) -> HardwareSpec:
         compute_units=os.cpu_count() or threads,
         unit_limit=threads if threads < (os.cpu_count() or threads) else None,
         l2_bytes=_cache_bytes(2),
-        mem_bandwidth_gbs=_cpu_copy_gbs(),
+        mem_bandwidth_gbs=_remembered_cpu_gbs(f"{name}|{os.cpu_count()}", measure, memo_path),
         torch_version=torch.__version__,
         blas_version=_cpu_blas(),
     )
@@ -70,6 +82,26 @@ def _cache_bytes(level: int) -> int:
         except (OSError, ValueError):
             continue
     return 0
+
+
+def _remembered_cpu_gbs(key: str, measure: bool, memo_path: Path) -> float:
+    """Return the remembered copy bandwidth of this CPU, measuring it when asked or unknown."""
+    try:
+        memo = json.loads(memo_path.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    if not isinstance(memo, dict):
+        memo = {}
+    known = memo.get(key)
+    if isinstance(known, int | float) and known > 0 and not measure:
+        return float(known)
+    memo[key] = _cpu_copy_gbs()
+    try:
+        memo_path.parent.mkdir(parents=True, exist_ok=True)
+        memo_path.write_text(json.dumps(memo, indent=1))
+    except OSError as exc:  # a read-only home still probes; the fingerprint may then wander
+        log.warning("cannot remember the CPU bandwidth in %s: %s", memo_path, exc)
+    return float(memo[key])
 
 
 def _cpu_copy_gbs() -> float:

@@ -78,9 +78,12 @@ def serve(
 
 def demo() -> None:
     """Start a service on the embedded Postgres, push probe runs, and read priors back."""
-    from services.profiler_api.demo import run_demo
+    from services.profiler_api.demo import DEMO_STEPS, run_demo
+    from tps.cli.demo_agent import AGENT_STEPS
 
-    run_demo(console)
+    titles = [title for title, _ in DEMO_STEPS]
+    at = titles.index("read priors") + 1
+    run_demo(console, steps=DEMO_STEPS[:at] + AGENT_STEPS + DEMO_STEPS[at:])
 
 
 def db_upgrade(

@@ -1,0 +1,61 @@
+"""The agent's steps of `tps demo`, wired here because the service may not import agents."""
+
+from __future__ import annotations
+
+from services.profiler_api.auth.service import Role
+from services.profiler_api.demo import DemoContext, DemoStep
+from tps.problem import ProblemKey
+
+# A short shape list: decode and prefill projections, and the unaligned shapes where
+# padding pays. On a CPU they are scaled down so that the demo stays quick.
+GPU_SHAPES = [(1, 4096, 4096), (16, 6144, 4096), (128, 4096, 14336), (4095, 4095, 4095)]
+CPU_SHAPES = [(1, 1024, 1024), (16, 1536, 1024), (64, 1024, 2048), (255, 511, 1023)]
+
+
+def _shapes(device: str) -> tuple[list[ProblemKey], str]:
+    dims, dtype = (GPU_SHAPES, "bf16") if device == "cuda" else (CPU_SHAPES, "fp32")
+    problems = [
+        ProblemKey(op="gemm", dtype=dtype, dims={"m": m, "n": n, "k": k}, trans_b=True)
+        for m, n, k in dims
+    ]
+    return problems, dtype
+
+
+def _device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def run_agents(ctx: DemoContext) -> None:
+    """Probe a short shape list on this machine's device, then do it again from a fresh host.
+
+    The first agent has no priors for this hardware and probes every candidate. The second
+    starts with an empty cache, asks the service for priors and probes only the shortlist.
+    """
+    from agents.daemon.demo import run_agent_demo
+    from agents.probe.settings import ProbeSettings
+
+    device = _device()
+    problems, dtype = _shapes(device)
+    # A CPU's timings are noisy and slow: fewer samples keep the demo short.
+    probe = ProbeSettings() if device == "cuda" else ProbeSettings(samples=5, max_samples=20)
+    token = ctx.tokens[Role.AGENT]
+    for title in ("first host: full probes", "second host: warm start from priors"):
+        ctx.console.print(f"[bold]{title}[/] ({len(problems)} {dtype} GEMMs on {device})")
+        result = run_agent_demo(
+            ctx.base_url,
+            token,
+            problems,
+            device=device,
+            console=ctx.console,
+            dtype=dtype,
+            probe=probe,
+        )
+        ctx.console.print(
+            f"{len(result.runs)} probe runs, {result.pushed} pushed, "
+            f"{result.spool_depth} left in the spool"
+        )
+
+
+AGENT_STEPS: list[tuple[str, DemoStep]] = [("run agents", run_agents)]
