@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from models.dataset import GROUP_COLUMNS, TuningData, add_relative_time
-from models.features import feature_rows
+from models.features import candidate_table, feature_rows
 from models.reference import Reference
 from tps.candidate import Candidate
 from tps.errors import TPSError
@@ -84,6 +84,7 @@ class LatencyModel:
             candidates=data.candidates,
             keys=keys,
             op=self.op,
+            known_candidates=self._known_candidates(),
         )
         if self.reference_features:
             blocks = []
@@ -102,6 +103,14 @@ class LatencyModel:
             if blocks:
                 frame = frame.join(pd.concat(blocks))
         return frame
+
+    def _known_candidates(self) -> pd.DataFrame | None:
+        """Return the training candidates' features, computed once per fitted model."""
+        if not hasattr(self, "candidates_"):
+            return None
+        if getattr(self, "_candidate_cache", None) is None:
+            self._candidate_cache = candidate_table(self.candidates_)
+        return self._candidate_cache
 
     def _matrix(self, frame: pd.DataFrame) -> np.ndarray:
         return frame.reindex(columns=self.feature_names_).to_numpy(dtype=np.float64)
@@ -152,6 +161,9 @@ class LatencyModel:
         data = data.for_op(self.op)
         if data.frame.empty:
             raise ModelError(f"no measurements of op {self.op!r} to train on")
+        self._candidate_cache = None
+        if hasattr(self, "candidates_"):
+            del self.candidates_  # a refit must not reuse the previous fit's candidates
         self.reference_ = Reference.from_data(data)
         frame = add_relative_time(data.frame.copy())
         features = self._features(data, frame, oof=True)

@@ -168,6 +168,13 @@ def add_ratio_features(frame: pd.DataFrame, *, op: str) -> pd.DataFrame:
     return frame
 
 
+def candidate_table(candidates: dict[str, Candidate]) -> pd.DataFrame:
+    """Return candidate features indexed by candidate id (cacheable: they never change)."""
+    return pd.DataFrame.from_dict(
+        {k: candidate_features(c) for k, c in candidates.items()}, orient="index"
+    )
+
+
 def feature_rows(
     *,
     hardware: dict[str, HardwareSpec],
@@ -175,17 +182,31 @@ def feature_rows(
     candidates: dict[str, Candidate],
     keys: pd.DataFrame,
     op: str,
+    known_candidates: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """Return one feature row per row of `keys` (columns hw_key, problem_hash, candidate_id)."""
+    """Return one feature row per row of `keys` (columns hw_key, problem_hash, candidate_id).
+
+    `known_candidates` (from `candidate_table`) saves recomputing candidates seen before.
+    """
     blocks: list[pd.DataFrame] = []
     for column, table, fn in (
         ("hw_key", hardware, hardware_features),
         ("problem_hash", problems, problem_features),
-        ("candidate_id", candidates, candidate_features),
     ):
-        values: dict[str, Any] = {k: fn(v) for k, v in table.items()}  # type: ignore[operator]
+        values: dict[str, Any] = {k: fn(table[k]) for k in keys[column].unique()}  # type: ignore[operator]
         per_key = pd.DataFrame.from_dict(values, orient="index")
         blocks.append(per_key.reindex(keys[column].to_numpy()).reset_index(drop=True))
+    ids = keys["candidate_id"]
+    per_candidate = known_candidates
+    if per_candidate is None:
+        missing = ids.unique()
+    else:
+        missing = ids[~ids.isin(per_candidate.index)].unique()
+    if len(missing):
+        fresh = candidate_table({k: candidates[k] for k in missing})
+        per_candidate = fresh if per_candidate is None else pd.concat([per_candidate, fresh])
+    assert per_candidate is not None
+    blocks.append(per_candidate.reindex(ids.to_numpy()).reset_index(drop=True))
     frame = pd.concat(blocks, axis=1)
     frame.index = keys.index
     return add_ratio_features(frame, op=op)

@@ -38,19 +38,23 @@ class BlendPolicy:
 DEFAULT_POLICY = BlendPolicy()
 
 
-def interleave(orders: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Merge orders round-robin without repeats; return (order, index of the source of each)."""
+def interleave(orders: list[np.ndarray], limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Merge orders round-robin without repeats; return (order, index of the source of each).
+
+    With `limit`, stop after that many entries.
+    """
     n = max((len(o) for o in orders), default=0)
+    wanted = n if limit is None else min(limit, n)
     seen = np.zeros(n, dtype=bool)
     merged: list[int] = []
     source: list[int] = []
     cursors = [0] * len(orders)
-    while len(merged) < n:
+    while len(merged) < wanted:
         progressed = False
         for i, order in enumerate(orders):
             while cursors[i] < len(order) and seen[order[cursors[i]]]:
                 cursors[i] += 1
-            if cursors[i] < len(order):
+            if cursors[i] < len(order) and len(merged) < wanted:
                 pick = int(order[cursors[i]])
                 seen[pick] = True
                 merged.append(pick)
@@ -110,11 +114,11 @@ def source_rankings(
 
 
 def blended_order(
-    rankings: SourceRankings, policy: BlendPolicy = DEFAULT_POLICY
+    rankings: SourceRankings, policy: BlendPolicy = DEFAULT_POLICY, *, limit: int | None = None
 ) -> tuple[np.ndarray, list[str]]:
-    """Return the policy's order and the source of each position."""
+    """Return the policy's order (its first `limit` entries) and the source of each."""
     names = [s for s in policy.source_order(rankings.nearest_distance) if s in rankings.orders]
     if not policy.interleave:
         names = names[:1]
-    order, source = interleave([rankings.orders[s] for s in names])
+    order, source = interleave([rankings.orders[s] for s in names], limit)
     return order, [names[i] for i in source]

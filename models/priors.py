@@ -9,6 +9,7 @@ led by whichever leave-one-GPU-out showed should win at this spec distance.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,7 +48,7 @@ def rank(
     """Return candidates best first, each with predicted µs, a score and its source.
 
     Without `candidates`, the op's candidate universe from training is ranked. `score` is
-    1.0 for the first entry and falls linearly to 0 for the last.
+    1.0 for the first entry and falls linearly to 0 for the last of all candidates.
     """
     model = bundle.model_for(problem.op)
     if candidates is None:
@@ -56,19 +57,20 @@ def rank(
         return []
     frame = model.predict_frame(hardware, problem, candidates)
     observed = _observed_order(bundle, hardware, problem, frame["candidate_id"].tolist())
+    n = len(candidates)
     if observed is not None:
-        order, sources, confidence = observed, ["observed"] * len(observed), 1.0
+        order = observed[:limit] if limit else observed
+        sources, confidence = ["observed"] * len(order), 1.0
     else:
         rankings = source_rankings(model, hardware, problem, frame)
-        order, sources = blended_order(rankings, policy)
+        order, sources = blended_order(rankings, policy, limit=limit)
         distance = rankings.nearest_distance
         confidence = math.exp(-(distance if distance is not None else 8.0) / CONFIDENCE_SCALE)
         if problem.key_hash() not in model.reference_.problems:
             sources = ["family"] * len(sources)  # borrowed from the closest measured shape
             confidence *= 0.5
     predicted = frame["predicted_us"].to_numpy()
-    n = len(order)
-    ranked = [
+    return [
         RankedCandidate(
             candidate=candidates[int(i)],
             predicted_us=float(predicted[i]) if np.isfinite(predicted[i]) else None,
@@ -78,7 +80,6 @@ def rank(
         )
         for pos, (i, src) in enumerate(zip(order, sources, strict=True))
     ]
-    return ranked[:limit] if limit else ranked
 
 
 def _observed_order(
@@ -100,3 +101,37 @@ def family_winners(
     families = bundle.families[problem.op]
     ids = families.winners(problem, hw_key=hardware.fingerprint(), k=k)
     return [model.candidates_[c] for c in ids if c in model.candidates_]
+
+
+class RankCache:
+    """Remember `rank` answers per (hardware, problem, candidates, limit) for one bundle.
+
+    A model's answer for a given question never changes, so the service can keep one cache per
+    loaded model and drop it when another model becomes active. Bounded, least recently used
+    entry evicted first.
+    """
+
+    def __init__(self, bundle: ModelBundle, *, maxsize: int = 4096) -> None:
+        self.bundle = bundle
+        self.maxsize = maxsize
+        self._entries: OrderedDict[tuple, list[RankedCandidate]] = OrderedDict()
+
+    def rank(
+        self,
+        hardware: HardwareSpec,
+        problem: ProblemKey,
+        candidates: list[Candidate] | None = None,
+        *,
+        limit: int | None = None,
+    ) -> list[RankedCandidate]:
+        """Return `rank(bundle, ...)`, from the cache when the same question was asked."""
+        ids = None if candidates is None else tuple(c.id for c in candidates)
+        key = (hardware.fingerprint(), problem.key_hash(), ids, limit)
+        if key in self._entries:
+            self._entries.move_to_end(key)
+            return self._entries[key]
+        answer = rank(self.bundle, hardware, problem, candidates, limit=limit)
+        self._entries[key] = answer
+        if len(self._entries) > self.maxsize:
+            self._entries.popitem(last=False)
+        return answer
