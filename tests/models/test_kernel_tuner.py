@@ -121,3 +121,14 @@ def test_push_sends_gzipped_batches_with_the_token(tmp_path: Path) -> None:
     assert seen[0].url.path == "/v1/probe-runs"
     assert seen[0].headers["authorization"] == "Bearer s3cret"
     assert seen[0].headers["content-encoding"] == "gzip"
+
+
+@pytest.mark.slow
+def test_database_import_is_idempotent(tmp_path: Path, migrated_database_url: str) -> None:
+    from tps.cli.model import ingest_into_database
+
+    run = import_file(write(tmp_path / "A6000.json", small_cache("")))
+    first = ingest_into_database([run], database_url=migrated_database_url, org="kt-test")
+    again = ingest_into_database([run], database_url=migrated_database_url, org="kt-test")
+    assert (first.accepted, first.measurements) == (1, 3)
+    assert (again.accepted, again.duplicates) == (0, 1)
