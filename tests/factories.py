@@ -102,3 +102,52 @@ def batch_body(runs: list[ProbeRun], *, compress: bool = False) -> bytes:
 def batch_dict(runs: list[ProbeRun]) -> dict[str, Any]:
     """Return a batch as plain JSON data, for tests that break it on purpose."""
     return json.loads(batch_body(runs))
+
+
+def tuning_runs(
+    hardware_names: list[str],
+    *,
+    dims: dict[str, int] | None = None,
+    op: str = "convolution",
+    variant: str = "tps_test",
+) -> list[ProbeRun]:
+    """Return one brute-force probe run per catalog GPU, like a Kernel Tuner import.
+
+    48 thread-block/tile candidates whose latency depends on the GPU's spec (wavefront size,
+    compute units, bandwidth), so that a model can learn something that carries over.
+    """
+    import math
+
+    from tps.catalog import resolve
+
+    problem = ProblemKey(op=op, dtype="fp32", dims=dims or {"x": 4096, "y": 4096}, variant=variant)
+    work = math.prod(problem.dims.values())
+    runs = []
+    for name in hardware_names:
+        spec = resolve(name)
+        best_threads = 4 * (spec.warp_size or 32)
+        best_tile = 1 if spec.compute_units > 60 else 4
+        measurements = []
+        for bx in (16, 32, 64, 128):
+            for by in (1, 2, 4, 8):
+                for tile in (1, 2, 4):
+                    threads = bx * by
+                    miss = abs(math.log2(threads / best_threads)) * 0.35
+                    miss += abs(math.log2(tile / best_tile)) * 0.2 + (bx < 32) * 0.15
+                    wobble = (int(candidate_id_of(bx, by, tile), 16) % 97) / 2000
+                    us = work / spec.mem_bandwidth_gbs / 100 * (1 + miss + wobble)
+                    candidate = Candidate(
+                        backend="kernel_tuner",
+                        params={"block_size_x": bx, "block_size_y": by, "tile_size": tile},
+                    )
+                    measurements.append(measurement(candidate, us))
+        runs.append(
+            probe_run(hardware=spec, problem=problem, measurements=measurements, source="test")
+        )
+    return runs
+
+
+def candidate_id_of(bx: int, by: int, tile: int) -> str:
+    return Candidate(
+        backend="kernel_tuner", params={"block_size_x": bx, "block_size_y": by, "tile_size": tile}
+    ).id

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -20,12 +21,24 @@ from services.profiler_api.ops.router import router as ops_router
 from services.profiler_api.priors.router import router as priors_router
 from services.profiler_api.priors.service import PriorService
 from services.profiler_api.priors.sources import build_prior_sources
+from services.profiler_api.registry import priors as model_priors
+from services.profiler_api.registry.router import router as models_router
 from services.profiler_api.settings import Settings
+from services.profiler_api.training.router import router as admin_router
+from services.profiler_api.training.worker import TrainingWorker
 from tps import __version__
 
 log = logging.getLogger(__name__)
 
-ROUTERS = (ops_router, ingest_router, priors_router, fleet_router, auth_router)
+ROUTERS = (
+    ops_router,
+    ingest_router,
+    priors_router,
+    fleet_router,
+    auth_router,
+    admin_router,
+    models_router,
+)
 
 
 @asynccontextmanager
@@ -38,10 +51,14 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     gc.collect()
     gc.freeze()  # long-lived startup objects leave the collector's working set
     gc.set_threshold(settings.gc_threshold, 20, 20)
+    stop = threading.Event()
+    if settings.training_worker:
+        TrainingWorker(app.state.session_factory, settings=settings).start(stop)
     log.info("TPS service ready (database %s)", engine.url.render_as_string(hide_password=True))
     try:
         yield
     finally:
+        stop.set()
         engine.dispose()
 
 
@@ -57,6 +74,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     metrics = ServiceMetrics()
     app.state.settings = settings
     app.state.metrics = metrics
+    model_priors.register()
     app.state.prior_service = PriorService(build_prior_sources(settings))
     install_error_handlers(app)
     for router in ROUTERS:

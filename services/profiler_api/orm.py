@@ -15,11 +15,13 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     SmallInteger,
     String,
     Text,
     func,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -178,3 +180,59 @@ class CandidateStats(Base):
     max_median_us: Mapped[float | None] = mapped_column(Double)
     first_seen_at: Mapped[datetime]
     last_seen_at: Mapped[datetime]
+
+
+# -- model registry and training jobs (migration 0002) -------------------------------------
+# One model is active at a time, across every op family: an artifact holds a model per op
+# (models.bundle.ModelBundle), so activating a version switches them all together. A partial
+# unique index on `active` makes a second active row impossible, whatever the replicas do.
+
+JOB_STATES = ("queued", "running", "succeeded", "failed", "rejected")
+
+
+class ModelVersion(Base):
+    """A trained artifact with what it was trained on and how it scored on held-out data."""
+
+    __tablename__ = "model_versions"
+    __table_args__ = (
+        CheckConstraint("status IN ('candidate', 'active', 'retired', 'rejected')", name="status"),
+        Index("uq_model_versions_active", "active", unique=True, postgresql_where=text("active")),
+    )
+
+    version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    ops: Mapped[list[str]] = mapped_column(JSONB)
+    status: Mapped[str] = mapped_column(String(16))
+    active: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    data_counts: Mapped[Json]
+    params: Mapped[Json]
+    metrics: Mapped[Json]
+    artifact: Mapped[bytes] = mapped_column(LargeBinary)
+    artifact_sha256: Mapped[str] = mapped_column(String(64))
+    artifact_bytes: Mapped[int] = mapped_column(BigInteger)
+    job_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    activated_at: Mapped[datetime | None]
+
+
+class TrainingJob(Base):
+    """One retrain request, from queued to succeeded, rejected (by the gate) or failed."""
+
+    __tablename__ = "training_jobs"
+    __table_args__ = (
+        CheckConstraint(f"state IN {JOB_STATES}", name="state"),
+        Index("ix_training_jobs_queued", "requested_at", postgresql_where=text("state = 'queued'")),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16))
+    requested_by: Mapped[int] = mapped_column(ForeignKey("organisations.id"))
+    params: Mapped[Json]
+    metrics: Mapped[Json | None]
+    error: Mapped[str | None] = mapped_column(Text)
+    model_version: Mapped[int | None] = mapped_column(ForeignKey("model_versions.version"))
+    worker: Mapped[str | None] = mapped_column(String(128))
+    requested_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]

@@ -29,6 +29,18 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=32 * MIB, gt=0, description="after decompression")
     db_pool_size: int = Field(default=8, gt=0)
     db_max_overflow: int = Field(default=8, ge=0)
-    prior_sources: list[str] = Field(default_factory=lambda: ["observed"])
+    # Observed first: real measurements on this exact hardware beat any prediction.
+    prior_sources: list[str] = Field(default_factory=lambda: ["observed", "model", "family"])
+    model_check_interval_s: float = Field(
+        default=1.0, ge=0, description="how often a replica asks which model is active"
+    )
+    training_worker: bool = Field(
+        default=True, description="run a training worker thread in each service process"
+    )
+    training_poll_s: float = Field(default=1.0, gt=0, description="queue poll interval")
+    training_threads: int = Field(default=2, gt=0, description="LightGBM threads of a job")
+    training_stale_s: float = Field(
+        default=3600.0, gt=0, description="a running job older than this is claimed again"
+    )
     # Ingest allocates many small objects; fewer young-generation collections keep it fast.
     gc_threshold: int = Field(default=50_000, gt=0)

@@ -1,0 +1,66 @@
+"""The active model, loaded once per process and reloaded when another version is activated."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from models.bundle import ArtifactError, ModelBundle
+from services.profiler_api.registry import repository
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    version: int
+    bundle: ModelBundle
+
+
+class ActiveModelCache:
+    """Return the active model; ask the database which one that is at most once per interval."""
+
+    def __init__(
+        self, *, check_interval_s: float = 1.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.check_interval_s = check_interval_s
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._loaded: LoadedModel | None = None
+        self._checked_at = -math.inf
+
+    def get(self, session: Session) -> LoadedModel | None:
+        """Return the loaded active model, or None when no model is active."""
+        now = self.clock()
+        if now - self._checked_at < self.check_interval_s:
+            return self._loaded
+        with self._lock:
+            if now - self._checked_at < self.check_interval_s:  # another thread just checked
+                return self._loaded
+            version = repository.active_version(session)
+            if version is None:
+                self._loaded = None
+            elif self._loaded is None or self._loaded.version != version:
+                self._loaded = self._load(session, version) or self._loaded
+            self._checked_at = now
+            return self._loaded
+
+    def _load(self, session: Session, version: int) -> LoadedModel | None:
+        stored = repository.artifact_of(session, version)
+        if stored is None:
+            return None
+        artifact, digest = stored
+        try:
+            bundle = ModelBundle.from_bytes(artifact, expected_checksum=digest)
+        except ArtifactError:
+            # Keep serving what was loaded; the registry row needs an admin's attention.
+            log.error("model v%d does not load; still serving the previous one", version)
+            return None
+        log.info("loaded model v%d (ops %s)", version, bundle.ops)
+        return LoadedModel(version=version, bundle=bundle)

@@ -1,0 +1,146 @@
+"""Prior sources backed by the active model: `model` (and `nearest`) and `family`.
+
+`model` answers for a problem the model was trained on, on hardware with no observations of
+it: the blend policy (models.policy) leads with the model's ranking, or with the nearest
+known hardware's measured one when that is very like the asking hardware (source `nearest`).
+`family` answers for a problem never measured: the winners of its k-means shape family.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from models import priors as model_priors
+from models.families import shape_vector
+from services.profiler_api.priors.sources import PriorQuery, register_prior_source
+from services.profiler_api.registry.cache import ActiveModelCache, LoadedModel
+from services.profiler_api.settings import Settings
+from tps.candidate import Candidate
+from tps.schemas import Prior, PriorCandidate
+
+MEMO_SIZE = 4096
+FAMILY_CONFIDENCE = 0.5
+
+
+class _Memo:
+    """A small LRU of answers: a model version's answer to a query never changes."""
+
+    def __init__(self, size: int = MEMO_SIZE) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._items: OrderedDict[tuple, Prior] = OrderedDict()
+
+    def get(self, key: tuple, compute: Callable[[], Prior]) -> Prior:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        prior = compute()
+        with self._lock:
+            self._items[key] = prior
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+        return prior
+
+
+def _prior(query: PriorQuery, entries: list[tuple[Candidate, float | None, str, float]]) -> Prior:
+    candidates = [
+        PriorCandidate(
+            candidate_id=candidate.id,
+            candidate=candidate,
+            rank=rank,
+            predicted_us=round(predicted, 4) if predicted is not None else None,
+            source=source,  # type: ignore[arg-type]
+            confidence=confidence,
+        )
+        for rank, (candidate, predicted, source, confidence) in enumerate(entries)
+    ]
+    return query.empty("").model_copy(
+        update={"source": candidates[0].source, "candidates": candidates, "reason": None}
+    )
+
+
+class _ModelSource:
+    name = "model"
+
+    def __init__(self, cache: ActiveModelCache) -> None:
+        self.cache = cache
+        self.memo = _Memo()
+
+    def _loaded(self, session: Session, query: PriorQuery) -> LoadedModel | Prior:
+        loaded = self.cache.get(session)
+        if loaded is None:
+            return query.empty("no active model (POST /v1/admin/retrain)")
+        if query.problem.op not in loaded.bundle.models:
+            return query.empty(
+                f"the active model v{loaded.version} has no {query.problem.op!r} model"
+            )
+        return loaded
+
+    def rank(self, session: Session, query: PriorQuery) -> Prior:
+        loaded = self._loaded(session, query)
+        if isinstance(loaded, Prior):
+            return loaded
+        key = (loaded.version, query.hardware_fingerprint, query.problem_hash, query.limit)
+        return self.memo.get(key, lambda: self._answer(loaded, query))
+
+    def _answer(self, loaded: LoadedModel, query: PriorQuery) -> Prior:
+        model = loaded.bundle.models[query.problem.op]
+        if query.problem_hash not in model.reference_.problems:
+            return query.empty(
+                f"model v{loaded.version} never saw {query.problem.canonical()} (family answers)"
+            )
+        ranked = model_priors.rank(loaded.bundle, query.hardware, query.problem, limit=query.limit)
+        return _prior(
+            query, [(r.candidate, r.predicted_us, r.source, r.confidence) for r in ranked]
+        )
+
+
+class ModelPriors(_ModelSource):
+    """Rank the op's candidate universe with the active model and the blend policy."""
+
+
+class FamilyPriors(_ModelSource):
+    """Rank a never-seen problem by its shape family's winners."""
+
+    name = "family"
+
+    def _answer(self, loaded: LoadedModel, query: PriorQuery) -> Prior:
+        bundle, problem = loaded.bundle, query.problem
+        winners = model_priors.family_winners(bundle, query.hardware, problem, k=query.limit)
+        if not winners:
+            return query.empty(f"model v{loaded.version}: no family winners for {problem.op!r}")
+        families = bundle.families[problem.op]
+        distance = float(
+            np.min(
+                np.linalg.norm(
+                    families.centers_ - shape_vector(problem, families.dim_names_), axis=1
+                )
+            )
+        )
+        # Far from every family centre, the family says less about this shape.
+        confidence = round(FAMILY_CONFIDENCE * math.exp(-distance / 4.0), 4)
+        predicted = bundle.models[problem.op].predict_frame(query.hardware, problem, winners)
+        return _prior(
+            query,
+            [
+                (c, float(us) if np.isfinite(us) else None, "family", confidence)
+                for c, us in zip(winners, predicted["predicted_us"], strict=True)
+            ],
+        )
+
+
+def register() -> None:
+    """Make `model` and `family` available to TPS_PRIOR_SOURCES (each keeps its own cache)."""
+
+    def cache(settings: Settings) -> ActiveModelCache:
+        return ActiveModelCache(check_interval_s=settings.model_check_interval_s)
+
+    register_prior_source("model", lambda settings: ModelPriors(cache(settings)))
+    register_prior_source("family", lambda settings: FamilyPriors(cache(settings)))

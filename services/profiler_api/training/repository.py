@@ -1,0 +1,141 @@
+"""SQL of training: the job queue, and the measurements that models learn from."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from models.dataset import TuningData, hardware_label
+from services.profiler_api.orm import (
+    CandidateRow,
+    Hardware,
+    MeasurementRow,
+    ProbeRunRow,
+    Problem,
+    TrainingJob,
+)
+from tps.candidate import Candidate
+from tps.hardware import HardwareSpec
+from tps.problem import ProblemKey
+
+
+def create_job(session: Session, *, org_id: int, params: dict[str, Any]) -> TrainingJob:
+    """Queue a training job."""
+    job = TrainingJob(id=uuid.uuid4(), state="queued", requested_by=org_id, params=params)
+    session.add(job)
+    session.flush()
+    return job
+
+
+def get_job(session: Session, job_id: uuid.UUID) -> TrainingJob | None:
+    return session.get(TrainingJob, job_id)
+
+
+def claim_next_job(session: Session, *, worker: str, stale_s: float) -> TrainingJob | None:
+    """Mark the oldest queued job running and return it; replicas never claim the same one.
+
+    SKIP LOCKED: a job another worker is claiming right now is passed over, not waited for.
+    A job left running longer than `stale_s` (its worker died) is claimed again.
+    """
+    stale = (TrainingJob.state == "running") & (
+        TrainingJob.started_at < func.now() - func.make_interval(0, 0, 0, 0, 0, 0, stale_s)
+    )
+    job = session.execute(
+        select(TrainingJob)
+        .where((TrainingJob.state == "queued") | stale)
+        .order_by(TrainingJob.requested_at)
+        .limit(1)
+        .with_for_update(skip_locked=True)
+    ).scalar_one_or_none()
+    if job is None:
+        return None
+    job.state, job.worker, job.started_at = "running", worker, func.now()
+    session.flush()
+    return job
+
+
+def finish_job(
+    session: Session,
+    job_id: uuid.UUID,
+    *,
+    state: str,
+    metrics: dict[str, Any] | None = None,
+    error: str | None = None,
+    model_version: int | None = None,
+) -> None:
+    """Record how a job ended."""
+    session.execute(
+        update(TrainingJob)
+        .where(TrainingJob.id == job_id)
+        .values(
+            state=state,
+            metrics=metrics,
+            error=error,
+            model_version=model_version,
+            finished_at=func.now(),
+        )
+    )
+
+
+def tuning_data(session: Session, *, ops: list[str] | None = None) -> TuningData:
+    """Rebuild the training table from the stored measurements.
+
+    One row per (hardware, problem, candidate): the median over runs of the valid medians
+    (NaN when it never ran validly), as models.dataset.TuningData.from_runs computes it.
+    """
+    m, r, p = MeasurementRow, ProbeRunRow, Problem
+    valid_median = func.percentile_cont(0.5).within_group(m.median_us)
+    query = (
+        select(
+            p.op,
+            r.hardware_id,
+            r.problem_id,
+            m.candidate_id,
+            valid_median.filter(m.valid & m.median_us.is_not(None)),
+        )
+        .join(r, r.run_id == m.run_id)
+        .join(p, p.hash == r.problem_id)
+        .group_by(p.op, r.hardware_id, r.problem_id, m.candidate_id)
+        .order_by(p.op, r.hardware_id, r.problem_id, m.candidate_id)
+    )
+    if ops:
+        query = query.where(p.op.in_(ops))
+    frame = pd.DataFrame(
+        session.execute(query).all(),
+        columns=["op", "hw_key", "problem_hash", "candidate_id", "median_us"],
+    )
+    frame["median_us"] = frame["median_us"].astype(float)
+    if frame.empty:
+        return TuningData(frame=frame.assign(valid=np.array([], dtype=bool), hw_label=""))
+    hardware = {
+        key: HardwareSpec.model_validate(spec)
+        for key, spec in session.execute(
+            select(Hardware.fingerprint, Hardware.spec).where(
+                Hardware.fingerprint.in_(frame["hw_key"].unique().tolist())
+            )
+        ).all()
+    }
+    problems = {
+        key: ProblemKey.model_validate(doc)
+        for key, doc in session.execute(
+            select(Problem.hash, Problem.key).where(
+                Problem.hash.in_(frame["problem_hash"].unique().tolist())
+            )
+        ).all()
+    }
+    candidates = {
+        key: Candidate(backend=backend, params=params)
+        for key, backend, params in session.execute(
+            select(CandidateRow.id, CandidateRow.backend, CandidateRow.params).where(
+                CandidateRow.id.in_(frame["candidate_id"].unique().tolist())
+            )
+        ).all()
+    }
+    frame["valid"] = frame["median_us"].notna()
+    frame["hw_label"] = frame["hw_key"].map({k: hardware_label(v) for k, v in hardware.items()})
+    return TuningData(frame=frame, hardware=hardware, problems=problems, candidates=candidates)

@@ -1,0 +1,64 @@
+"""Bodies of the admin training endpoints."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from tps.problem import OPS
+
+
+class RetrainParams(BaseModel):
+    """What to train on and how; every field has a default sized for a small box."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ops: list[str] | None = Field(
+        default=None, min_length=1, description="op families to train (default: every one)"
+    )
+    holdout: str | None = Field(
+        default=None,
+        max_length=128,
+        description="hardware held out for evaluation and the quality gate (name or alias); "
+        "default: one chosen per op, the same on every run",
+    )
+    max_candidates: int | None = Field(
+        default=1000, ge=10, le=1_000_000, description="per op; a random subset, same on all hw"
+    )
+    n_estimators: int = Field(default=100, ge=1, le=5000)
+    seed: int = Field(default=0, ge=0, le=2**31 - 1)
+    tolerance: float = Field(
+        default=0.02, ge=0.0, le=1.0, description="how much worse than the active model passes"
+    )
+
+    @field_validator("ops")
+    @classmethod
+    def _known_ops(cls, ops: list[str] | None) -> list[str] | None:
+        unknown = [op for op in ops or [] if op not in OPS]
+        if unknown:
+            raise ValueError(f"unknown ops {unknown}; known: {sorted(OPS)}")
+        return sorted(set(ops)) if ops else None
+
+
+class RetrainAccepted(BaseModel):
+    job_id: uuid.UUID
+    state: str
+    status_url: str
+
+
+class JobOut(BaseModel):
+    id: uuid.UUID
+    state: str
+    params: dict[str, Any]
+    metrics: dict[str, Any] | None
+    error: str | None
+    model_version: int | None
+    worker: str | None
+    requested_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    model_config = ConfigDict(from_attributes=True)
