@@ -114,58 +114,62 @@ def candidate_features(candidate: Candidate) -> dict[str, float]:
     return feats
 
 
-def _param(frame: pd.DataFrame, names: tuple[str, ...], default: float = 1.0) -> pd.Series:
+def _param(frame: pd.DataFrame, names: tuple[str, ...], default: float = 1.0) -> np.ndarray:
     lowered = {c.lower(): c for c in frame.columns if c.startswith(PARAM_PREFIX)}
     for name in names:
         column = lowered.get(f"{PARAM_PREFIX}{name}")
         if column is not None:
-            return frame[column].fillna(default).clip(lower=1.0)
-    return pd.Series(default, index=frame.index)
+            values = frame[column].to_numpy(dtype=float)
+            return np.maximum(np.where(np.isnan(values), default, values), 1.0)
+    return np.full(len(frame), default)
 
 
-def _dim(frame: pd.DataFrame, name: str) -> pd.Series:
+def _dim(frame: pd.DataFrame, name: str) -> np.ndarray:
     column = f"{DIM_PREFIX}{name}_log2"
     if column in frame:
-        return np.exp2(frame[column].fillna(0.0))
-    return pd.Series(1.0, index=frame.index)
+        return np.exp2(np.nan_to_num(frame[column].to_numpy(dtype=float), nan=0.0))
+    return np.ones(len(frame))
 
 
 def add_ratio_features(frame: pd.DataFrame, *, op: str) -> pd.DataFrame:
     """Add the features that relate a candidate's work decomposition to the hardware."""
-    units = frame["hw_units"]
-    warp = frame["hw_warp"]
+    units = frame["hw_units"].to_numpy(dtype=float)
+    warp = frame["hw_warp"].to_numpy(dtype=float)
+    ratios: dict[str, np.ndarray] = {}
+    threads: np.ndarray | None = None
     if op == "gemm":
         tile_m = _param(frame, _GEMM_TILE_M, default=128.0)
         tile_n = _param(frame, _GEMM_TILE_N, default=128.0)
         split = _param(frame, ("split_k", "splitk"), default=1.0)
         blocks = np.ceil(_dim(frame, "m") / tile_m) * np.ceil(_dim(frame, "n") / tile_n) * split
-        blocks *= _dim(frame, "batch")
-        threads = pd.Series(np.nan, index=frame.index)
+        blocks = blocks * _dim(frame, "batch")
     else:
-        threads = pd.Series(1.0, index=frame.index)
-        blocks = pd.Series(1.0, index=frame.index)
+        threads = np.ones(len(frame))
+        blocks = np.ones(len(frame))
         for axis in _AXES:
             block = _param(frame, (f"block_size_{axis}",))
             tile = _param(frame, (f"tile_size_{axis}",))
             threads = threads * block
             blocks = blocks * np.ceil(_dim(frame, axis) / (block * tile))
         warps = np.ceil(threads / warp)
-        frame["ratio_threads"] = threads
-        frame["ratio_warps_per_block"] = warps
-        frame["ratio_lane_use"] = threads / (warps * warp)
-        frame["ratio_x_per_warp"] = _param(frame, ("block_size_x",)) / warp
-        frame["ratio_work_per_thread"] = _param(frame, ("tile_size_x",)) * _param(
+        ratios["ratio_threads"] = threads
+        ratios["ratio_warps_per_block"] = warps
+        ratios["ratio_lane_use"] = threads / (warps * warp)
+        ratios["ratio_x_per_warp"] = _param(frame, ("block_size_x",)) / warp
+        ratios["ratio_work_per_thread"] = _param(frame, ("tile_size_x",)) * _param(
             frame, ("tile_size_y",)
         )
     waves = blocks / units
-    frame["ratio_log_blocks"] = np.log2(blocks)
-    frame["ratio_log_waves"] = np.log2(waves)
-    frame["ratio_wave_efficiency"] = waves / np.ceil(waves)
-    frame["ratio_log_elems_per_unit"] = frame["prob_log_elems"] - np.log2(units)
-    frame["ratio_log_bytes_per_l2"] = frame["prob_log_bytes"] - frame["hw_log_l2"]
-    if threads.notna().any():
-        frame["ratio_log_threads_per_unit"] = np.log2(blocks * threads / units)
-    return frame
+    ratios["ratio_log_blocks"] = np.log2(blocks)
+    ratios["ratio_log_waves"] = np.log2(waves)
+    ratios["ratio_wave_efficiency"] = waves / np.ceil(waves)
+    ratios["ratio_log_elems_per_unit"] = frame["prob_log_elems"].to_numpy() - np.log2(units)
+    ratios["ratio_log_bytes_per_l2"] = (
+        frame["prob_log_bytes"].to_numpy() - frame["hw_log_l2"].to_numpy()
+    )
+    if threads is not None:
+        ratios["ratio_log_threads_per_unit"] = np.log2(blocks * threads / units)
+    return pd.concat([frame, pd.DataFrame(ratios, index=frame.index)], axis=1)
 
 
 def candidate_table(candidates: dict[str, Candidate]) -> pd.DataFrame:
