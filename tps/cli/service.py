@@ -1,4 +1,4 @@
-"""Commands of the service: serve, demo, db, token, bench.
+"""Commands of the service: serve, demo, worker, db, token, bench.
 
 The service's modules are imported inside the commands, so `tps --help` works with only
 the core installed.
@@ -79,11 +79,15 @@ def serve(
 def demo() -> None:
     """Start a service on the embedded Postgres, push probe runs, and read priors back."""
     from services.profiler_api.demo import DEMO_STEPS, run_demo
+    from services.profiler_api.training.demo import ModelDemo
     from tps.cli.demo_agent import AGENT_STEPS
 
     titles = [title for title, _ in DEMO_STEPS]
     at = titles.index("read priors") + 1
-    run_demo(console, steps=DEMO_STEPS[:at] + AGENT_STEPS + DEMO_STEPS[at:])
+    model = ModelDemo()
+    run_demo(console, steps=DEMO_STEPS[:at] + AGENT_STEPS + DEMO_STEPS[at:] + model.steps())
+    if model.plot_written:
+        console.print(f"score@k plot: [bold]{model.plot_written}")
 
 
 def db_upgrade(
@@ -165,10 +169,68 @@ def bench_ingest(
         console.print_json(data=result)
 
 
+def bench_priors(
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    database_url: DatabaseUrl = None,
+    requests: Annotated[int, typer.Option(min=1, help="repeated queries to time")] = 400,
+    first_requests: Annotated[
+        int, typer.Option(min=1, help="queries for a new fingerprint each (model from scratch)")
+    ] = 40,
+    holdout: Annotated[str, typer.Option(help="GPU kept out of training")] = "W7800",
+    max_candidates: Annotated[int, typer.Option(min=10, help="candidates per op")] = 1000,
+    n_estimators: Annotated[int, typer.Option(min=1, help="trees per booster")] = 100,
+) -> None:
+    """Time POST /v1/priors answered from the model, for a GPU the model never saw."""
+    if as_json:
+        logging.getLogger().setLevel(logging.WARNING)
+    from services.profiler_api.bench_priors import PriorsBenchConfig, run_priors_bench
+
+    config = PriorsBenchConfig(
+        requests=requests,
+        first_requests=first_requests,
+        holdout=holdout,
+        max_candidates=max_candidates,
+        n_estimators=n_estimators,
+    )
+    result = run_priors_bench(_database_url(database_url), config, log=None if as_json else console)
+    if as_json:
+        typer.echo(json.dumps(result))
+    else:
+        console.print_json(data=result)
+
+
+def worker(
+    database_url: DatabaseUrl = None,
+    once: Annotated[bool, typer.Option(help="run at most one job, then exit")] = False,
+) -> None:
+    """Run training jobs from the queue (as the service's worker thread does)."""
+    import threading
+
+    from services.profiler_api.db import make_engine, make_session_factory
+    from services.profiler_api.settings import Settings
+    from services.profiler_api.training.worker import TrainingWorker
+
+    settings = Settings()
+    engine = make_engine(_database_url(database_url), settings)
+    training = TrainingWorker(make_session_factory(engine), settings=settings)
+    try:
+        if once:
+            job = training.run_once()
+            console.print(f"ran job {job}" if job else "no queued job")
+            return
+        console.print("training worker: waiting for jobs (Ctrl-C stops)")
+        training.run(threading.Event())
+    except KeyboardInterrupt:
+        pass
+    finally:
+        engine.dispose()
+
+
 def register(app: typer.Typer) -> None:
     """Add this domain's commands to `app`."""
     app.command()(serve)
     app.command()(demo)
+    app.command()(worker)
     db_app = typer.Typer(no_args_is_help=True, help="Manage the database schema.")
     db_app.command("upgrade")(db_upgrade)
     db_app.command("downgrade")(db_downgrade)
@@ -178,4 +240,5 @@ def register(app: typer.Typer) -> None:
     token_app.command("create")(token_create)
     app.add_typer(token_app, name="token")
     bench_app.command("ingest")(bench_ingest)
+    bench_app.command("priors")(bench_priors)
     app.add_typer(bench_app, name="bench")
