@@ -4,7 +4,8 @@ On a scratch database: push the shared Kernel Tuner data without one GPU, retrai
 the admin endpoint, then ask for that GPU's priors. Two figures, because the service keeps
 each model version's answers per (hardware, problem) in the process: `repeat` asks the same
 questions again (what a fleet of identical GPUs does), `first` changes the hardware
-fingerprint on every request so that each one runs the model from scratch.
+fingerprint on every request so that each one runs the model from scratch. `observed` times
+the same endpoint for GPUs that measured the problem: what a request costs without any model.
 """
 
 from __future__ import annotations
@@ -137,10 +138,15 @@ def run_priors_bench(
                     for i in range(config.first_requests)
                 ]  # a new fingerprint each time: nothing is remembered
                 first_s, first_sources = _time_priors(agent, first, config.limit)
+                # The same endpoint answered from the observed aggregates: the request's own cost.
+                known = [(run.hardware, run.problem) for run in split.train]
+                observed = [known[i % len(known)] for i in range(config.requests)]
+                observed_s, observed_sources = _time_priors(agent, observed, config.limit)
     reports = job["metrics"]["reports"]
     return {
         "repeat": {**_percentiles(repeat_s), "sources": dict(repeat_sources)},
         "first": {**_percentiles(first_s), "sources": dict(first_sources)},
+        "observed": {**_percentiles(observed_s), "sources": dict(observed_sources)},
         "holdout": split.holdout_name,
         "ops": [p.op for p in problems],
         "model_version": job["model_version"],

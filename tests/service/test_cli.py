@@ -18,7 +18,13 @@ from tps.cli import app
 def test_db_current_reports_the_head(migrated_database_url: str) -> None:
     result = CliRunner().invoke(app, ["db", "current", "--database-url", migrated_database_url])
     assert result.exit_code == 0, result.output
-    assert "0001" in result.output
+    assert "(head)" in result.output
+
+
+def test_worker_once_with_an_empty_queue(migrated_database_url: str) -> None:
+    result = CliRunner().invoke(app, ["worker", "--once", "--database-url", migrated_database_url])
+    assert result.exit_code == 0, result.output
+    assert "no queued job" in result.output or "ran job" in result.output
 
 
 def test_demo_pushes_runs_and_reads_priors(postgres_server_url: str) -> None:

@@ -130,7 +130,7 @@ class ModelDemo:
         assert stored is not None
         bundle = ModelBundle.from_bytes(stored[0], expected_checksum=stored[1])
         data = TuningData.from_runs(self.split.heldout)
-        reports = []
+        reports: list[dict[str, Any]] = []
         for op in sorted(set(data.ops) & set(bundle.ops)):
             model = bundle.models[op]
             rows = data.frame[(data.frame["op"] == op)]
