@@ -174,13 +174,28 @@ def test_activate_rolls_back_and_priors_follow(
     live_service: LiveService, trained: dict[str, Any]
 ) -> None:
     first = trained["job"]["model_version"]
+    served_first = _prior(live_service, UNSEEN, trained["problem"])
     job = _retrain(live_service, **{**FAST, "seed": 1})
     assert job["state"] == "succeeded", job["error"]
     second = job["model_version"]
     assert _active(live_service) == second
+    served_second = _eventually(live_service, trained["problem"], lambda p: p != served_first)
     with live_service.client(live_service.admin_token) as admin:
         rolled = admin.post(f"/v1/models/{first}/activate")
         assert rolled.status_code == 200 and rolled.json()["active"]
         statuses = {m["version"]: m["status"] for m in admin.get("/v1/models").json()}
     assert _active(live_service) == first
     assert statuses[second] == "retired"
+    # Each replica checks the active version about once a second, then serves the old model.
+    assert _eventually(live_service, trained["problem"], lambda p: p == served_first)
+    assert served_second != served_first
+
+
+def _eventually(service: LiveService, problem: Any, wanted: Any, deadline_s: float = 5.0) -> Prior:
+    deadline = time.monotonic() + deadline_s
+    while True:
+        prior = _prior(service, UNSEEN, problem)
+        if wanted(prior) or time.monotonic() > deadline:
+            assert wanted(prior), prior
+            return prior
+        time.sleep(0.1)
