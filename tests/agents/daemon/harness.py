@@ -59,8 +59,15 @@ class OwnedPostgres:
         """Crash-restart the server: connections are cut, committed data survives by its WAL.
 
         Immediate mode skips the shutdown checkpoint, which under load can outlast pg_ctl.
+        The server comes back through pgserver's own start, as at first, so that it logs to
+        its data dir and lives on detached from the pg_ctl call that stopped it.
         """
-        self._pg_ctl("-w", "-t", "120", "-m", "immediate", "restart")
+        import pgserver
+
+        self._pg_ctl("-w", "-t", "120", "-m", "immediate", "stop")
+        pgserver.PostgresServer._instances.pop(self.pgdata.resolve(), None)
+        self.server = None
+        self.start()
         self.restarts += 1
 
     def stop(self) -> None:
