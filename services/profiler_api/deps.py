@@ -33,11 +33,13 @@ def get_session(request: Request) -> Iterator[Session]:
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
-def get_settings(request: Request) -> Settings:
+# Dependencies that only read app state or check a role are `async def`: FastAPI runs a
+# sync dependency in the thread pool, and each hop costs about a millisecond on a busy box.
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_metrics(request: Request) -> ServiceMetrics:
+async def get_metrics(request: Request) -> ServiceMetrics:
     return request.app.state.metrics
 
 
@@ -56,11 +58,11 @@ def get_principal(
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
-def require_agent(principal: PrincipalDep) -> Principal:
+async def require_agent(principal: PrincipalDep) -> Principal:
     return principal.require(Role.AGENT)
 
 
-def require_admin(principal: PrincipalDep) -> Principal:
+async def require_admin(principal: PrincipalDep) -> Principal:
     return principal.require(Role.ADMIN)
 
 

@@ -14,7 +14,7 @@ from tps.schemas import Prior, PriorRequest
 router = APIRouter(prefix="/v1", tags=["priors"])
 
 
-def get_prior_service(request: Request) -> PriorService:
+async def get_prior_service(request: Request) -> PriorService:
     return request.app.state.prior_service
 
 
