@@ -6,6 +6,7 @@ kept aside, give the true rank of each candidate the priors endpoint proposes.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ class ModelDemo:
     """The model's demo steps and what they pass along."""
 
     holdout: str = DEFAULT_HOLDOUT
+    dataset: Path | None = None  # default: find_dataset()
     plot_path: Path | None = None
     split: SplitRuns | None = None
     plot_written: Path | None = None
@@ -57,7 +59,7 @@ class ModelDemo:
         ]
 
     def import_data(self, ctx: DemoContext) -> None:
-        path = find_dataset()
+        path = self.dataset or find_dataset()
         if path is None:
             ctx.console.print(
                 "[yellow]no Kernel Tuner data (looked in $TPS_KERNEL_TUNER_DATA, "
@@ -173,9 +175,11 @@ def _pair(figures: dict[str, Any]) -> str:
 
 
 def _short_label(params: dict[str, Any]) -> str:
-    """Return `bsx=64 bsy=1 ...`: each parameter name by its words' initials."""
+    """Return `bsx=64 bsy=1 ...`: each parameter by its words' initials, unless two collide."""
+    short = {name: "".join(word[0] for word in name.split("_") if word) for name in params}
+    taken = Counter(short.values())
     return " ".join(
-        "".join(word[0] for word in name.split("_") if word) + f"={value}"
+        f"{short[name] if taken[short[name]] == 1 else name}={value}"
         for name, value in sorted(params.items())
     )
 
