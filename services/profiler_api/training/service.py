@@ -5,7 +5,8 @@ out; the new recipe and the active model's recipe each train on the rest and ran
 candidate of the held-out hardware (models.evaluation.evaluate_holdout). Scoring the active
 artifact as it is would flatter it, since it has usually trained on that very hardware. The
 new model passes when the served ranking ("policy") is not worse at score@1 and score@5 than
-the active one's by more than the tolerance, and it drops no op the active model serves.
+the active one's by more than the tolerance, and it drops no op the active model serves; with
+or without an active model, it must beat random order at score@5.
 Only then is it refit on all the data, stored, and activated.
 """
 
@@ -88,6 +89,17 @@ def _recipe(model_params: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in model_params.items() if k not in _NOT_RECIPE}
 
 
+def floor(report: dict[str, Any]) -> list[str]:
+    """Return why the served ranking is no better than random order (empty: pass)."""
+    served, random = report["policy"], report.get("baseline_random") or {}
+    if (served.get("score_at_5") or 0.0) < (random.get("score_at_5") or 0.0):
+        return [
+            f"{report['op']}: score@5 {served.get('score_at_5', 0.0):.4f} on {report['holdout']} "
+            f"is below random order's {random['score_at_5']:.4f}"
+        ]
+    return []
+
+
 def gate(
     challenger: dict[str, Any], champion: dict[str, Any], *, version: int, tolerance: float
 ) -> list[str]:
@@ -128,6 +140,7 @@ def train_and_gate(
     for op in data.ops:
         holdout = holdout_for(data, op, params.holdout)
         report = evaluate_holdout(data, holdout, op=op, model_params=model_params, seed=params.seed)
+        outcome.reasons += floor(report)
         if champion is not None and op in champion[1].models:
             version, bundle = champion
             old = bundle.models[op].get_params()

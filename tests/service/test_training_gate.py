@@ -1,0 +1,56 @@
+"""The quality gate's rules, and how a job picks its data (no database needed)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from models.dataset import TuningData
+from services.profiler_api.training.service import (
+    TrainingError,
+    floor,
+    gate,
+    holdout_for,
+    subsample_candidates,
+)
+from tests.factories import tuning_runs
+
+
+def _report(s1: float, s5: float, random_s5: float = 0.5) -> dict[str, Any]:
+    return {
+        "op": "convolution",
+        "holdout": "GPU",
+        "policy": {"score_at_1": s1, "score_at_5": s5},
+        "baseline_random": {"score_at_5": random_s5},
+    }
+
+
+def test_gate_passes_within_tolerance_and_names_what_got_worse() -> None:
+    champion = _report(0.90, 0.95)
+    assert gate(_report(0.89, 0.95), champion, version=3, tolerance=0.02) == []
+    reasons = gate(_report(0.80, 0.95), champion, version=3, tolerance=0.02)
+    assert len(reasons) == 1 and "score_at_1 0.8000" in reasons[0] and "v3" in reasons[0]
+    assert len(gate(_report(0.80, 0.90), champion, version=3, tolerance=0.0)) == 2
+
+
+def test_floor_rejects_a_ranking_worse_than_random_order() -> None:
+    assert floor(_report(0.5, 0.6, random_s5=0.5)) == []
+    assert "below random order" in floor(_report(0.3, 0.4, random_s5=0.5))[0]
+
+
+def test_subsample_keeps_the_same_candidates_on_every_hardware() -> None:
+    data = TuningData.from_runs(tuning_runs(["RTX A4000", "W6600"]))
+    small = subsample_candidates(data, max_candidates=10, seed=0)
+    per_hw = small.frame.groupby("hw_key")["candidate_id"].apply(frozenset)
+    assert len(set(per_hw)) == 1 and len(per_hw.iloc[0]) == 10
+    assert subsample_candidates(data, max_candidates=None, seed=0) is data
+
+
+def test_holdout_needs_two_hardware() -> None:
+    data = TuningData.from_runs(tuning_runs(["RTX A4000", "W6600", "A100"]))
+    assert holdout_for(data, "convolution", None) == holdout_for(data, "convolution", None)
+    assert holdout_for(data, "convolution", "W6600") == "W6600"
+    one = TuningData.from_runs(tuning_runs(["RTX A4000"]))
+    with pytest.raises(TrainingError, match="at least two"):
+        holdout_for(one, "convolution", None)
