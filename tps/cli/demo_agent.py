@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from services.profiler_api.auth.service import Role
 from services.profiler_api.demo import DemoContext, DemoStep
 from tps.problem import ProblemKey
@@ -36,6 +38,8 @@ def run_agents(ctx: DemoContext) -> None:
     from agents.daemon.demo import run_agent_demo
     from agents.probe.settings import ProbeSettings
 
+    # The progress bars say what the pusher's INFO lines would.
+    logging.getLogger("agents").setLevel(logging.WARNING)
     device = _device()
     problems, dtype = _shapes(device)
     # A CPU's timings are noisy and slow: fewer samples keep the demo short.
