@@ -1,0 +1,27 @@
+"""The agent steps of `tps demo`, on a scratch database of the session's Postgres."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from services.profiler_api.db import scratch_database
+from services.profiler_api.demo import create_tokens, run_demo, start_database, start_service
+from services.profiler_api.settings import Settings
+from tps.cli.demo_agent import AGENT_STEPS
+
+
+def test_second_agent_is_steered_by_the_first_agents_runs(postgres_server_url: str) -> None:
+    steps = [
+        ("start Postgres", start_database),
+        ("create tokens", create_tokens),
+        ("start the service", start_service),
+        *AGENT_STEPS,
+    ]
+    out = io.StringIO()
+    with scratch_database(postgres_server_url, prefix="tps_demo_agent") as url:
+        run_demo(Console(file=out, width=160), settings=Settings(database_url=url), steps=steps)
+    text = out.getvalue()
+    assert text.count("4 probe runs, 4 pushed, 0 left in the spool") == 2
+    assert "priors steered 4 of 4 probes" in text
