@@ -76,6 +76,11 @@ class CpuTimer:
             row: dict[int, float] = {}
             for i in order:
                 a = armed[i]
+                # Interleaving switches thread counts and BLAS runtimes (torch's OpenMP pool,
+                # numpy's OpenBLAS threads): the first call after a switch waits for the other
+                # runtime's spinning threads, milliseconds on a small box. One untimed call
+                # takes that out, so each sample measures the kernel, not its predecessor.
+                a.kernel.run()
                 start = time.perf_counter_ns()
                 for _ in range(a.reps):
                     a.kernel.run()
