@@ -28,3 +28,10 @@ def test_probe_table_and_bad_shapes(tmp_path, monkeypatch):
     assert table.exit_code == 0 and "winner:" in table.stdout and "compile" in table.stdout
     bad = runner.invoke(app, ["agent", "probe", "--shape", "16x16", "--device", "cpu"])
     assert bad.exit_code == 2 and "Invalid value" in bad.output
+
+
+def test_a_zero_dim_is_named_without_pydantic_noise():
+    bad = CliRunner().invoke(app, ["agent", "probe", "--shape", "16x0x16", "--device", "cpu"])
+    assert bad.exit_code == 2
+    assert "dims.n must be positive" in bad.output
+    assert "errors.pydantic.dev" not in bad.output and "input_value" not in bad.output

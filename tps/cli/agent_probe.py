@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 
 from tps.problem import ProblemKey
 
@@ -39,8 +40,11 @@ def parse_problem(
             trans_a=trans_a,
             trans_b=trans_b,
         )
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+    except ValidationError as exc:
+        # The first problem, in words; pydantic's own dump (input echo, docs URL) is noise here.
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise typer.BadParameter(f"{where}: {first['msg']}" if where else first["msg"]) from None
 
 
 def cli_host_id() -> str:
