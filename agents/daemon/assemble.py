@@ -60,8 +60,7 @@ def open_cache(settings: AgentSettings) -> ProbeCache:
         cache = FileCache.load(warm)
         added = len(cache)
         cache.path = settings.cache_path
-        for entry in FileCache.load(settings.cache_path).entries():
-            cache._insert(entry)  # the cache has no public merge yet
+        cache.merge(FileCache.load(settings.cache_path).entries())
     log.info("warm cache %s: %d entries", warm.name, added)
     return cache  # type: ignore[return-value]
 
