@@ -137,10 +137,19 @@ class FamilyPriors(_ModelSource):
 
 
 def register() -> None:
-    """Make `model` and `family` available to TPS_PRIOR_SOURCES (each keeps its own cache)."""
+    """Make `model` and `family` available to TPS_PRIOR_SOURCES, sharing one model cache.
+
+    `build_prior_sources` calls the factories one after another with the same settings, so
+    one slot is enough for both sources to load the active artifact once, not twice.
+    """
+    last: list[tuple[Settings, ActiveModelCache]] = []
 
     def cache(settings: Settings) -> ActiveModelCache:
-        return ActiveModelCache(check_interval_s=settings.model_check_interval_s)
+        if not last or last[0][0] is not settings:
+            last[:] = [
+                (settings, ActiveModelCache(check_interval_s=settings.model_check_interval_s))
+            ]
+        return last[0][1]
 
     register_prior_source("model", lambda settings: ModelPriors(cache(settings)))
     register_prior_source("family", lambda settings: FamilyPriors(cache(settings)))
