@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import Engine, func, select, text
 from sqlalchemy.orm import Session
 
 from services.profiler_api.auth.repository import upsert_organisation
@@ -22,6 +22,7 @@ from tests.factories import (
     unique_problem,
 )
 from tps.candidate import VENDOR_DEFAULT
+from tps.schemas import Measurement
 
 
 def _store(session: Session, runs: list) -> None:
@@ -66,6 +67,58 @@ def test_invalid_measurements_count_as_runs_but_not_latency(db_session: Session)
     assert (stats.runs, stats.valid_measurements, stats.min_median_us) == (1, 0, None)
     prior = ObservedPriors().rank(db_session, PriorQuery.of(run.hardware, problem))
     assert [c.candidate_id for c in prior.candidates] == [VENDOR_DEFAULT.id]
+
+
+def test_a_candidate_measured_twice_in_a_run_counts_one_run(db_session: Session) -> None:
+    problem, candidate = unique_problem(), cublaslt(4)
+    run = probe_run(
+        problem=problem,
+        measurements=[
+            measurement(candidate, 10.0),
+            measurement(candidate, 40.0, samples=7),
+            Measurement(candidate=candidate, error="timed out after 3 of 20 samples"),
+        ],
+    )
+    _store(db_session, [run])
+    stats = db_session.execute(
+        select(CandidateStats).where(
+            CandidateStats.problem_id == problem.key_hash(),
+            CandidateStats.candidate_id == candidate.id,
+        )
+    ).scalar_one()
+    # Only the two measurements with a median count towards latency.
+    assert (stats.runs, stats.valid_measurements, stats.samples) == (1, 2, 27)
+    assert math.isclose(stats.sum_log_median, math.log(10.0) + math.log(40.0))
+    assert math.isclose(stats.sum_sq_log_median, math.log(10.0) ** 2 + math.log(40.0) ** 2)
+    assert (stats.min_median_us, stats.max_median_us) == (10.0, 40.0)
+    assert stats.first_seen_at == stats.last_seen_at == run.created_at
+
+
+def test_resent_runs_add_nothing_to_the_aggregates(db_session: Session) -> None:
+    problem = unique_problem()
+    first, second = probe_run(problem=problem), probe_run(problem=problem)
+    _store(db_session, [first])
+    _store(db_session, [first, second])
+    runs = db_session.execute(
+        select(CandidateStats.runs).where(CandidateStats.problem_id == problem.key_hash())
+    ).scalars()
+    assert set(runs) == {2}
+
+
+def test_staging_tables_are_emptied_by_the_commit(engine: Engine) -> None:
+    # Temporary tables are never vacuumed: rows deleted from a stage would keep their
+    # space for the life of the pooled connection, and each batch would scan it again.
+    with Session(engine) as session:
+        _store(session, [probe_run() for _ in range(3)])
+        session.commit()
+        sizes = session.execute(
+            text(
+                "SELECT c.relname, pg_relation_size(c.oid) FROM pg_class AS c "
+                "WHERE c.relpersistence = 't' AND c.relname LIKE 'stage_%'"
+            )
+        ).all()
+    assert {name for name, _ in sizes} >= {"stage_probe_runs", "stage_candidates"}
+    assert all(size == 0 for _, size in sizes), sizes
 
 
 def test_rolled_back_transaction_leaves_nothing(db_session: Session) -> None:

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import math
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from services.profiler_api.errors import Unprocessable
 from services.profiler_api.ingest.repository import MeasurementRow, RunRow
@@ -129,35 +127,3 @@ class IngestPlan:
 
     def measurement_count(self, run_ids: set[uuid.UUID]) -> int:
         return sum(len(self.runs[run_id].run.measurements) for run_id in run_ids)
-
-    def stats_rows(self, run_ids: set[uuid.UUID]) -> list[tuple[Any, ...]]:
-        """Return the aggregate deltas of the runs in `run_ids`, sorted by key."""
-        deltas: dict[tuple[str, str, str], list[Any]] = {}
-        for run_id in run_ids:
-            planned = self.runs[run_id]
-            _, _, _, hardware_id, problem_id, *_, created_at = planned.row
-            counted: set[str] = set()
-            for candidate_id, m in zip(
-                planned.candidate_ids, planned.run.measurements, strict=True
-            ):
-                key = (hardware_id, problem_id, candidate_id)
-                # runs, valid, samples, sum log, sum log², min, max, first, last
-                delta = deltas.get(key)
-                if delta is None:
-                    delta = deltas[key] = [0, 0, 0, 0.0, 0.0, None, None, created_at, created_at]
-                else:
-                    delta[7] = min(delta[7], created_at)
-                    delta[8] = max(delta[8], created_at)
-                if candidate_id not in counted:
-                    counted.add(candidate_id)
-                    delta[0] += 1
-                delta[2] += m.samples
-                median = m.median_us
-                if m.valid and median is not None:
-                    log_median = math.log(median)
-                    delta[1] += 1
-                    delta[3] += log_median
-                    delta[4] += log_median * log_median
-                    delta[5] = median if delta[5] is None else min(delta[5], median)
-                    delta[6] = median if delta[6] is None else max(delta[6], median)
-        return sorted((*key, *delta) for key, delta in deltas.items())

@@ -1,7 +1,8 @@
-"""SQL of ingest: one COPY per table per batch, never a row at a time.
+"""SQL of ingest: one statement per table per batch, never a row at a time.
 
-Measurements are copied straight into their table; every other table is copied into a
-temporary staging table and moved with one INSERT ... ON CONFLICT.
+Measurements are copied straight into their table; hardware, problems, candidates and runs
+are copied into a temporary staging table and moved with one INSERT ... ON CONFLICT; the
+aggregates are folded from the batch's stored measurements by one INSERT ... SELECT.
 
 Keys are inserted in sorted order so that concurrent batches take row locks in the
 same order and cannot deadlock each other.
@@ -56,13 +57,35 @@ STATS_COLUMNS = (
     "hardware_id, problem_id, candidate_id, runs, valid_measurements, samples, "
     "sum_log_median, sum_sq_log_median, min_median_us, max_median_us, first_seen_at, last_seen_at"
 )
-STATS_TYPES = (
-    "text", "text", "text", "int4", "int4", "int8", "float8", "float8", "float8", "float8",
-    "timestamptz", "timestamptz",
-)  # fmt: skip
 
-# Adds a batch's aggregate deltas (computed while planning) to the stored aggregates.
-_ADD_STATS = """
+# Adds the aggregate deltas of runs %(run_ids)s, read back from their stored measurements,
+# to the stored aggregates. The inner query aggregates one run at a time (an index scan of
+# that run's measurements, whatever the table's size), so a candidate measured twice in one
+# run counts as one run; the outer one sums the runs per key, in key order (lock order).
+# Only valid measurements with a median count towards latency.
+_ADD_STATS = f"""
+INSERT INTO candidate_stats AS s ({STATS_COLUMNS})
+SELECT r.hardware_id, r.problem_id, m.candidate_id,
+    count(*), sum(m.valid_measurements), sum(m.samples),
+    sum(m.sum_log_median), sum(m.sum_sq_log_median),
+    min(m.min_median_us), max(m.max_median_us),
+    min(r.created_at), max(r.created_at)
+FROM probe_runs AS r
+CROSS JOIN LATERAL (
+    SELECT candidate_id,
+        count(median_us) FILTER (WHERE valid) AS valid_measurements,
+        sum(samples) AS samples,
+        coalesce(sum(ln(median_us)) FILTER (WHERE valid), 0) AS sum_log_median,
+        coalesce(sum(ln(median_us) ^ 2) FILTER (WHERE valid), 0) AS sum_sq_log_median,
+        min(median_us) FILTER (WHERE valid) AS min_median_us,
+        max(median_us) FILTER (WHERE valid) AS max_median_us
+    FROM measurements
+    WHERE run_id = r.run_id
+    GROUP BY candidate_id
+) AS m
+WHERE r.run_id = ANY(%(run_ids)s)
+GROUP BY r.hardware_id, r.problem_id, m.candidate_id
+ORDER BY r.hardware_id, r.problem_id, m.candidate_id
 ON CONFLICT (hardware_id, problem_id, candidate_id) DO UPDATE SET
     runs = s.runs + excluded.runs,
     valid_measurements = s.valid_measurements + excluded.valid_measurements,
@@ -109,7 +132,6 @@ def _merge(
     *,
     order_by: str,
     on_conflict: str,
-    types: Sequence[str] | None = None,
     returning: str = "",
 ) -> list[tuple[Any, ...]]:
     """COPY rows into a staging table, then move them with one INSERT ... ON CONFLICT.
@@ -118,10 +140,15 @@ def _merge(
     Python than the whole insert); the ordered INSERT gives idempotency and lock order.
     """
     stage = f"stage_{table}"
-    # One stage per pooled connection, kept; a rollback empties it with everything else.
-    conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS {stage} (LIKE {table} INCLUDING DEFAULTS)")
-    _copy(conn, stage, columns, rows, types=types)
-    # Moving (DELETE ... RETURNING) leaves the stage empty for the connection's next batch.
+    # One stage per pooled connection. Temporary tables are never vacuumed, so deleted rows
+    # would keep their space for the connection's life: each commit truncates the stage.
+    conn.execute(
+        f"CREATE TEMP TABLE IF NOT EXISTS {stage} (LIKE {table} INCLUDING DEFAULTS) "
+        "ON COMMIT DELETE ROWS"
+    )
+    _copy(conn, stage, columns, rows)
+    # Moving (DELETE ... RETURNING) leaves the stage empty for a next batch of the same
+    # transaction too.
     cursor = conn.execute(
         f"WITH moved AS (DELETE FROM {stage} RETURNING {columns}) "
         f"INSERT INTO {table} AS s ({columns}) SELECT {columns} FROM moved "
@@ -199,14 +226,9 @@ def truncate_ingested(conn: psycopg.Connection[Any]) -> None:
     )
 
 
-def upsert_stats(conn: psycopg.Connection[Any], rows: Iterable[Sequence[Any]]) -> None:
-    """Add aggregate deltas, one row per (hardware, problem, candidate), to the stored ones."""
-    _merge(
-        conn,
-        "candidate_stats",
-        STATS_COLUMNS,
-        rows,
-        order_by="hardware_id, problem_id, candidate_id",
-        on_conflict=_ADD_STATS,
-        types=STATS_TYPES,
-    )
+def add_stats(conn: psycopg.Connection[Any], run_ids: Iterable[uuid.UUID]) -> None:
+    """Add the aggregates of stored runs `run_ids`, one row per (hardware, problem, candidate)."""
+    # The planner guesses far more than the ~25 measurements of a run; past jit_above_cost
+    # it would JIT-compile the statement, which costs more than running it.
+    conn.execute("SET LOCAL jit = off")
+    conn.execute(_ADD_STATS, {"run_ids": list(run_ids)})

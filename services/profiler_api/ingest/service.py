@@ -38,7 +38,7 @@ def store(session: Session, plan: IngestPlan) -> IngestResult:
     accepted = repository.insert_runs(conn, plan.run_rows())
     if accepted:
         repository.copy_measurements(conn, plan.measurement_rows(accepted))
-        repository.upsert_stats(conn, plan.stats_rows(accepted))
+        repository.add_stats(conn, accepted)
     duplicates = [run_id for run_id in plan.runs if run_id not in accepted] + plan.repeated
     return IngestResult(
         accepted=len(accepted),
