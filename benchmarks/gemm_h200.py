@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from agents.ops.gemm import gemm_operands  # noqa: E402
 from agents.probe.engine import ProbeEngine, build_engine  # noqa: E402
-from agents.probe.sampling import SamplingPolicy, collect  # noqa: E402
+from agents.probe.sampling import SamplingPolicy, collect, shared_reps  # noqa: E402
 from agents.probe.settings import ProbeSettings  # noqa: E402
 from agents.providers.base import Kernel  # noqa: E402
 from tps.candidate import Candidate  # noqa: E402
@@ -64,10 +64,11 @@ def geomean(values: list[float]) -> float | None:
 def time_side_by_side(engine: ProbeEngine, kernels: list[Kernel]) -> list[float]:
     """Median µs per launch of each kernel, interleaved, from graph replay."""
     timer = engine.timer
-    armed = []
-    for kernel, est in zip(kernels, timer.estimate_us(kernels), strict=True):
-        reps = max(1, min(64, math.ceil(engine.settings.target_sample_us / est)))
-        armed.append(timer.arm(kernel, reps, kernel_us=est))
+    estimates = timer.estimate_us(kernels)
+    reps = shared_reps(estimates, target_us=engine.settings.target_sample_us,
+                       max_reps=engine.settings.max_reps)
+    armed = [timer.arm(kernel, reps, kernel_us=est)
+             for kernel, est in zip(kernels, estimates, strict=True)]
     sampled = collect(timer, armed, VERIFY)
     return [sampled.summary(i).median_us for i in range(len(kernels))]
 

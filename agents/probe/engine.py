@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import statistics
 import uuid
 from collections.abc import Callable, Sequence
@@ -15,7 +14,7 @@ from agents.clock import Clock, SystemClock, elapsed_ms
 from agents.opconfig import OpConfig
 from agents.ops import OP_KINDS, OpKind
 from agents.probe.device import Device
-from agents.probe.sampling import collect, rotated
+from agents.probe.sampling import collect, rotated, shared_reps
 from agents.probe.settings import ProbeSettings
 from agents.probe.stats import summarize
 from agents.probe.timers import Armed, Timer
@@ -251,9 +250,10 @@ class ProbeEngine:
         times.warmup_ms = elapsed_ms(self.clock, start)
         start = self.clock.now_ns()
         live = [(slot, est) for slot, est in zip(slots, estimates, strict=True) if slot.valid]
+        reps = shared_reps([est for _, est in live], target_us=s.target_sample_us,
+                           max_reps=s.max_reps)
         armed = []
         for slot, est in live:
-            reps = max(1, min(s.max_reps, math.ceil(s.target_sample_us / est)))
             slot.armed = self.timer.arm(slot.kernel, reps, kernel_us=est)  # type: ignore[arg-type]
             armed.append(slot.armed)
             times.copy_bytes += slot.kernel.copy_bytes  # type: ignore[union-attr]
@@ -316,10 +316,17 @@ class ProbeEngine:
                 ))
         s = self.settings
         min_gain = s.thermal_min_gain if snapshot.thermal_safe else s.min_gain
+        default_us = medians.get(VENDOR_DEFAULT.id)
+        long_kernel = default_us is not None and default_us >= s.long_kernel_us
+        if long_kernel:
+            min_gain = max(min_gain, s.long_kernel_min_gain)
         winner_id, rationale = choose_winner(
             medians, slots, min_gain=min_gain,
             confirm=lambda best: self._head_to_head(slots, best, times),
         )
+        if long_kernel:
+            rationale += (f"; default above {s.long_kernel_us:.0f} us: a tuned kernel had to "
+                          f"win by {min_gain:.0%}")
         if snapshot.thermal_safe:
             rationale += f"; device above 85 C: a tuned kernel had to win by {min_gain:.0%}"
         if snapshot.delayed_ms:
@@ -448,7 +455,9 @@ def build_engine(
     hardware = detect_hardware(dev, measure_bandwidth=measure_bandwidth)
     if dev.is_gpu:
         flush = 2 * hardware.l2_bytes if settings.cold_cache else 0
-        timer: Timer = TIMERS.create("cuda-graph", stream=dev.stream,
+        # warmup=0: the engine's first launch of each candidate (compile and validation)
+        # already warmed it up.
+        timer: Timer = TIMERS.create("cuda-graph", stream=dev.stream, warmup=0,
                                      use_graphs=settings.use_graphs, flush_bytes=flush)
     else:
         timer = TIMERS.create("cpu")

@@ -25,6 +25,11 @@ class ProbeSettings(BaseModel):
     # Rounds of the leader against the default alone before a tuned kernel may win.
     confirm_rounds: int = Field(default=10, ge=0)
     thermal_min_gain: float = Field(default=0.05, ge=0)
+    # Kernels this long run into the power limit: on the H200 the same kernel's median
+    # moved by up to 10% between probes a few seconds apart, and leads of 2-5% reversed
+    # when re-timed. Such a kernel must win by this much to replace the default.
+    long_kernel_us: float = Field(default=500.0, gt=0)
+    long_kernel_min_gain: float = Field(default=0.05, ge=0)
     cold_cache: bool = False
     use_graphs: bool = True
     validate_outputs: bool = True

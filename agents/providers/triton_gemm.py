@@ -17,16 +17,22 @@ from tps.problem import DTYPE_BYTES, ProblemKey
 DTYPES = frozenset({"bf16", "fp16", "fp32", "tf32"})
 MAX_LAYERNORM_COLS = 32768  # one row per program, held in registers
 
-# (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages), best first per M range:
-# skinny decode-like products want small M tiles and deep K; large ones want wide tiles.
-CONFIGS: dict[str, list[tuple[int, int, int, int, int, int]]] = {
-    "skinny": [(16, 32, 256, 8, 4, 3), (16, 64, 128, 8, 4, 4), (16, 32, 128, 8, 2, 4),
-               (16, 64, 256, 8, 4, 4), (32, 64, 128, 8, 4, 5)],
-    "small": [(64, 128, 64, 8, 4, 4), (64, 64, 128, 8, 4, 4), (128, 64, 64, 8, 4, 4),
-              (32, 128, 128, 8, 4, 4)],
-    "large": [(128, 256, 64, 8, 8, 3), (128, 128, 64, 8, 4, 4), (256, 128, 64, 8, 8, 3),
-              (128, 128, 128, 8, 8, 3), (64, 256, 64, 8, 4, 4)],
+# (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages, SPLIT_K), best first per M
+# range, from a sweep of 30 configurations per shape on the H200
+# (benchmarks/gemm_h200_sweep.py): skinny decode-like products want small M tiles, deep K
+# and split-K; large ones want wide tiles.
+CONFIGS: dict[str, list[tuple[int, int, int, int, int, int, int]]] = {
+    "skinny": [(16, 128, 128, 8, 8, 4, 2), (16, 128, 128, 8, 8, 4, 4),
+               (16, 128, 128, 8, 8, 4, 1), (16, 64, 256, 8, 4, 4, 1),
+               (16, 32, 512, 8, 4, 3, 1)],
+    "small": [(64, 64, 128, 8, 4, 4, 2), (128, 128, 64, 8, 8, 4, 1),
+              (128, 64, 64, 8, 4, 4, 2), (64, 128, 64, 8, 4, 4, 1)],
+    "large": [(256, 128, 64, 8, 8, 3, 1), (128, 128, 64, 8, 8, 4, 1),
+              (128, 256, 64, 8, 8, 3, 1)],
 }
+# How many of them to offer. In that sweep Triton came within 5% of cuBLAS only for
+# M <= 64, and lost 18-37% above it: slots it cannot use go to the other providers.
+OFFERED = {"skinny": 3, "small": 2, "large": 1}
 
 
 def bucket(problem: ProblemKey) -> str:
@@ -52,10 +58,13 @@ def fit(cfg: tuple[int, int, int, int, int, int], dtype: str, limit: int) -> tup
     return (bm, bn, bk, group, warps, stages)
 
 
-def as_params(cfg: tuple[int, ...]) -> dict[str, int]:
+def as_params(cfg: tuple[int, ...], split_k: int = 1) -> dict[str, int]:
     bm, bn, bk, group, warps, stages = cfg
-    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group,
-            "num_warps": warps, "num_stages": stages}
+    params = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group,
+              "num_warps": warps, "num_stages": stages}
+    if split_k > 1:  # absent when 1, so that the ids of unsplit configs never change
+        params["SPLIT_K"] = split_k
+    return params
 
 
 @PROVIDERS.register("triton")
@@ -95,9 +104,16 @@ class TritonGemmProvider:
         if problem.dtype not in DTYPES:
             return []
         limit_bytes = self._smem_limit(device)
-        fitted = dict.fromkeys(fit(c, problem.dtype, limit_bytes) for c in CONFIGS[bucket(problem)])
-        fits = [c for c in fitted if smem_bytes(c, problem.dtype) <= limit_bytes]
-        return [Candidate(backend=self.backend, params=as_params(c)) for c in fits[:limit]]
+        kind = bucket(problem)
+        unbatched = problem.batch == 1
+        fitted = dict.fromkeys(
+            (fit(c[:6], problem.dtype, limit_bytes), c[6] if unbatched else 1)
+            for c in CONFIGS[kind]
+        )
+        fits = [(c, split) for c, split in fitted
+                if smem_bytes(c, problem.dtype) <= limit_bytes]
+        return [Candidate(backend=self.backend, params=as_params(c, split))
+                for c, split in fits[: min(limit, OFFERED[kind])]]
 
     def prepare(
         self, candidate: Candidate, problem: ProblemKey, operands: Any, device: Device
@@ -105,7 +121,7 @@ class TritonGemmProvider:
         import torch
         import triton
 
-        from agents.providers.triton_kernels import gemm_kernel
+        from agents.providers.triton_kernels import gemm_kernel, splitk_reduce_kernel
 
         if problem.op == "layernorm":
             return self._prepare_layernorm(candidate, problem, operands)
@@ -115,27 +131,41 @@ class TritonGemmProvider:
         a, b = operands.a, operands.b
         m, n, k = problem.dims["m"], problem.dims["n"], problem.dims["k"]
         batch = problem.batch
+        split = int(p.get("SPLIT_K", 1))
+        if split > 1 and batch > 1:
+            raise CandidateError("split-K Triton GEMM takes unbatched problems only")
         out = operands.out
         if out is None:
             shape = (batch, m, n) if operands.batched else (m, n)
             out = torch.empty(shape, dtype=a.dtype, device=a.device)
         a3, b3, c3 = (t if t.dim() == 3 else t.unsqueeze(0) for t in (a, b, out))
-        grid = (triton.cdiv(m, p["BLOCK_M"]) * triton.cdiv(n, p["BLOCK_N"]), batch)
+        grid = (triton.cdiv(m, p["BLOCK_M"]) * triton.cdiv(n, p["BLOCK_N"]), batch, split)
         ieee = problem.dtype == "fp32"
         sa = a3.stride(0) if batch > 1 else 0
         sb = b3.stride(0) if batch > 1 else 0
         sc = c3.stride(0) if batch > 1 else 0
+        # Split-K: each K slice writes an fp32 partial; one more launch sums and casts.
+        target = torch.empty((split, m, n), dtype=torch.float32, device=a.device) \
+            if split > 1 else c3
+        st = (m * n, n, 1) if split > 1 else (sc, c3.stride(1), c3.stride(2))
+        reduce_block = 1024
+        reduce_grid = (triton.cdiv(m * n, reduce_block),)
 
         def run() -> Any:
             gemm_kernel[grid](
-                a3, b3, c3, m, n, k,
+                a3, b3, target, m, n, k,
                 sa, a3.stride(1), a3.stride(2),
                 sb, b3.stride(1), b3.stride(2),
-                sc, c3.stride(1), c3.stride(2),
+                *st,
                 BLOCK_M=p["BLOCK_M"], BLOCK_N=p["BLOCK_N"], BLOCK_K=p["BLOCK_K"],
-                GROUP_M=p["GROUP_M"], IEEE=ieee,
+                GROUP_M=p["GROUP_M"], IEEE=ieee, SPLIT_K=split,
                 num_warps=p["num_warps"], num_stages=p["num_stages"],
             )
+            if split > 1:
+                splitk_reduce_kernel[reduce_grid](
+                    target, c3, m, n, c3.stride(1), c3.stride(2),
+                    SPLIT_K=split, BLOCK=reduce_block, num_warps=4,
+                )
             return out
 
         return Kernel(candidate=candidate, run=run, poison=lambda: out.fill_(float("nan")))

@@ -11,10 +11,13 @@ def gemm_kernel(
     stride_bb, stride_bk, stride_bn,
     stride_cb, stride_cm, stride_cn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr, IEEE: tl.constexpr,
+    GROUP_M: tl.constexpr, IEEE: tl.constexpr, SPLIT_K: tl.constexpr = 1,
 ):
+    """C = A @ B; with SPLIT_K > 1, program (.., .., s) writes the fp32 partial of K slice s
+    to c_ptr[s] (a [SPLIT_K, M, N] workspace) for `splitk_reduce_kernel` to sum."""
     pid = tl.program_id(0)
     batch = tl.program_id(1)
+    split = tl.program_id(2)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     per_group = GROUP_M * num_pid_n
@@ -24,14 +27,18 @@ def gemm_kernel(
     pid_n = (pid % per_group) // group_m
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    k_blocks = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K)
+    k_first = split * k_blocks * BLOCK_K
     offs_k = tl.arange(0, BLOCK_K)
     rows = offs_m % M  # wrapped rows are loaded but never stored
     cols = offs_n % N
-    a_ptrs = a_ptr + batch * stride_ab + rows[:, None] * stride_am + offs_k[None, :] * stride_ak
-    b_ptrs = b_ptr + batch * stride_bb + offs_k[:, None] * stride_bk + cols[None, :] * stride_bn
+    a_ptrs = (a_ptr + batch * stride_ab + rows[:, None] * stride_am
+              + (k_first + offs_k[None, :]) * stride_ak)
+    b_ptrs = (b_ptr + batch * stride_bb + (k_first + offs_k[:, None]) * stride_bk
+              + cols[None, :] * stride_bn)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        k_left = K - k * BLOCK_K
+    for k in range(0, k_blocks):
+        k_left = K - k_first - k * BLOCK_K
         a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
         b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
         if IEEE:
@@ -41,8 +48,24 @@ def gemm_kernel(
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
     c = acc.to(c_ptr.dtype.element_ty)
-    c_ptrs = c_ptr + batch * stride_cb + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    c_ptrs = (c_ptr + (split + batch) * stride_cb + offs_m[:, None] * stride_cm
+              + offs_n[None, :] * stride_cn)
     tl.store(c_ptrs, c, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+@triton.jit
+def splitk_reduce_kernel(ws_ptr, c_ptr, M, N, stride_cm, stride_cn,
+                         SPLIT_K: tl.constexpr, BLOCK: tl.constexpr):
+    """Sum the SPLIT_K fp32 partials of a [SPLIT_K, M, N] workspace into C, cast once."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < M * N
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s in range(SPLIT_K):
+        acc += tl.load(ws_ptr + s * M * N + offs, mask=mask, other=0.0)
+    rows = offs // N
+    cols = offs % N
+    tl.store(c_ptr + rows * stride_cm + cols * stride_cn, acc.to(c_ptr.dtype.element_ty),
+             mask=mask)
 
 
 @triton.jit

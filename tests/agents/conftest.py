@@ -62,7 +62,7 @@ class ManualClock:
 
 
 def cpu_engine(tmp_path, *, providers=None, settings=FAST, candidates=4, telemetry=None,
-               clock=None) -> ProbeEngine:
+               clock=None, timer=None) -> ProbeEngine:
     import torch
 
     from tps.hardware import HardwareSpec
@@ -73,7 +73,7 @@ def cpu_engine(tmp_path, *, providers=None, settings=FAST, candidates=4, telemet
     return ProbeEngine(
         device=Device(kind="cpu", threads=torch.get_num_threads()),
         providers=chosen,
-        timer=CpuTimer(),
+        timer=timer or CpuTimer(),
         telemetry=telemetry or NullSource(),
         bans=BanList.load(tmp_path / "bans.json"),
         host_id=HOST,

@@ -94,3 +94,12 @@ def test_shortlist_takes_quotas_then_fills_leftover_slots():
     }
     chosen = pick_shortlist(offers, {"padded": 1, "cublaslt": 3, "triton": 3}, 7)
     assert [c.backend for c in chosen] == ["cublaslt"] * 3 + ["triton"] + ["cublaslt"] * 3
+
+
+def test_one_launch_count_for_every_candidate_from_the_fastest():
+    from agents.probe.sampling import shared_reps
+
+    assert shared_reps([8.0, 16.0, 40.0], target_us=30.0, max_reps=64) == 4
+    assert shared_reps([0.0, 40.0, 90.0], target_us=30.0, max_reps=64) == 1
+    assert shared_reps([0.1], target_us=30.0, max_reps=64) == 64
+    assert shared_reps([], target_us=30.0, max_reps=64) == 1

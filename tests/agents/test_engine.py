@@ -80,3 +80,36 @@ def test_busy_device_delays_the_probe_without_sleeping(tmp_path):
     assert clock.slept == [0.5, 0.5, 0.5]
     assert run.telemetry.delayed_ms == 1500 and run.telemetry.thermal_safe
     assert "85 C" in run.rationale
+
+
+class _Paced:
+    """A timer that reports the default at `default_us` and any other kernel 3% faster."""
+
+    name = "paced"
+
+    def __init__(self, default_us):
+        self.default_us = default_us
+        self.reps = []
+
+    def estimate_us(self, kernels):
+        return [10.0 if k.candidate == VENDOR_DEFAULT else 5.0 for k in kernels]
+
+    def arm(self, kernel, reps, kernel_us=0.0):
+        from agents.probe.timers import Armed
+
+        self.reps.append(reps)
+        return Armed(kernel=kernel, reps=reps, kernel_us=kernel_us)
+
+    def sample_rounds(self, armed, orders):
+        return [{i: self.default_us * (1.0 if armed[i].kernel.candidate == VENDOR_DEFAULT
+                                       else 0.97) for i in order} for order in orders]
+
+
+@pytest.mark.parametrize("default_us,tuned_wins", [(100.0, True), (800.0, False)])
+def test_a_long_kernel_must_win_by_the_long_kernel_gain(tmp_path, default_us, tuned_wins):
+    settings = FAST.model_copy(update={"long_kernel_us": 500.0, "long_kernel_min_gain": 0.05})
+    timer = _Paced(default_us)
+    run = cpu_engine(tmp_path, settings=settings, timer=timer, candidates=1).probe(gemm())
+    assert (run.winner_id != VENDOR_DEFAULT.id) is tuned_wins, run.rationale
+    assert ("had to win by 5%" in run.rationale) is not tuned_wins
+    assert timer.reps == [10, 10]  # one launch count, from the fastest estimate

@@ -42,7 +42,7 @@ def test_cublaslt_short_list_tries_one_of_each_kind_first():
 def test_triton_configs_shrink_to_fit_shared_memory():
     for configs in CONFIGS.values():
         for cfg in configs:
-            assert smem_bytes(fit(cfg, "fp32", 232_448), "fp32") <= 232_448
+            assert smem_bytes(fit(cfg[:6], "fp32", 232_448), "fp32") <= 232_448
 
 
 class RecordingTunable:

@@ -62,6 +62,25 @@ def test_triton_gemm_is_correct_on_odd_shapes(shape, dtype):
     _check_all("triton", linear(*shape, dtype=dtype), limit=2)
 
 
+@pytest.mark.parametrize("split", [2, 4, 8])
+@pytest.mark.parametrize("shape", [(1, 4096, 14336), (7, 1000, 3001), (33, 130, 257)])
+def test_triton_split_k_sums_its_slices_exactly_once(shape, split):
+    from agents.providers.triton_gemm import as_params
+    from tps.candidate import Candidate
+
+    problem = linear(*shape)
+    device = open_device("cuda")
+    provider = builtin.create("triton", settings=ProbeSettings())
+    operands = gemm_operands(problem, device.torch_device, seed=2)
+    c = Candidate(backend="triton", params=as_params((16, 64, 128, 8, 4, 3), split))
+    kernel = provider.prepare(c, problem, operands, device)
+    kernel.poison()
+    for _ in range(2):  # a second launch must not add to the first one's result
+        out = kernel.run()
+    check = GemmOp().check(problem, operands, out)
+    assert check.ok, f"{c.label()}: {check.reason()}"
+
+
 def test_triton_handles_all_transposes_and_batches():
     for ta in (False, True):
         for tb in (False, True):
