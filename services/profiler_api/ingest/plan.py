@@ -9,10 +9,12 @@ from dataclasses import dataclass, field
 
 from services.profiler_api.errors import Unprocessable
 from services.profiler_api.ingest.repository import MeasurementRow, RunRow
-from tps.hardware import SOFTWARE_FIELDS
+from tps.hardware import SOFTWARE_FIELDS, HardwareSpec
+from tps.problem import ProblemKey
 from tps.schemas import ProbeRun, ProbeRunBatch
 
 INT4_MAX = 2**31 - 1
+_SOFTWARE_FIELDS = set(SOFTWARE_FIELDS)  # model_dump_json wants a set
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,9 @@ class IngestPlan:
     candidates: dict[str, tuple[str, ...]] = field(default_factory=dict)
     runs: dict[uuid.UUID, PlannedRun] = field(default_factory=dict)
     repeated: list[uuid.UUID] = field(default_factory=list)
+    # The runs of a batch share a few devices: a fingerprint (a sorted JSON dump and a
+    # SHA-256) is computed once per distinct spec.
+    _fingerprints: dict[str, str] = field(default_factory=dict, init=False, repr=False)
 
     @classmethod
     def from_batch(cls, batch: ProbeRunBatch, *, org_id: int) -> IngestPlan:
@@ -45,27 +50,9 @@ class IngestPlan:
         return plan
 
     def _add_run(self, run: ProbeRun, index: int) -> PlannedRun:
-        hardware, problem = run.hardware, run.problem
-        fingerprint = hardware.fingerprint()
-        if fingerprint not in self.hardware:
-            spec = hardware.model_dump_json(exclude=set(SOFTWARE_FIELDS))
-            self.hardware[fingerprint] = (
-                fingerprint,
-                hardware.vendor,
-                hardware.arch,
-                hardware.name,
-                spec,
-            )
-        problem_hash = problem.key_hash()
-        if problem_hash not in self.problems:
-            self.problems[problem_hash] = (
-                problem_hash,
-                problem.canonical(),
-                problem.op,
-                problem.dtype,
-                json.dumps(problem.dims, sort_keys=True),
-                problem.model_dump_json(),
-            )
+        hardware = run.hardware
+        fingerprint = self._hardware_id(hardware)
+        problem_hash = self._problem_id(run.problem)
         candidate_ids = []
         for ordinal, measurement in enumerate(run.measurements):
             # Binary COPY would silently wrap a count too large for its int4 column.
@@ -99,6 +86,28 @@ class IngestPlan:
             run.created_at,
         )
         return PlannedRun(row=row, run=run, candidate_ids=candidate_ids)
+
+    def _hardware_id(self, hardware: HardwareSpec) -> str:
+        spec = hardware.model_dump_json(exclude=_SOFTWARE_FIELDS)
+        fingerprint = self._fingerprints.get(spec)
+        if fingerprint is None:
+            fingerprint = self._fingerprints[spec] = hardware.fingerprint()
+            row = (fingerprint, hardware.vendor, hardware.arch, hardware.name, spec)
+            self.hardware.setdefault(fingerprint, row)
+        return fingerprint
+
+    def _problem_id(self, problem: ProblemKey) -> str:
+        problem_hash = problem.key_hash()
+        if problem_hash not in self.problems:
+            self.problems[problem_hash] = (
+                problem_hash,
+                problem.canonical(),
+                problem.op,
+                problem.dtype,
+                json.dumps(problem.dims, sort_keys=True),
+                problem.model_dump_json(),
+            )
+        return problem_hash
 
     def measurement_rows(self, run_ids: set[uuid.UUID] | None = None) -> Iterator[MeasurementRow]:
         """Yield the measurement rows of the runs in `run_ids` (all runs when None)."""
