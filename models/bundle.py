@@ -116,6 +116,12 @@ class ModelBundle:
             raise ModelError(f"no model for op {op!r}; this artifact has {self.ops}")
         return self.models[op]
 
+    def warm_up(self) -> ModelBundle:
+        """Prepare every model for prediction (see `LatencyModel.warm_up`); return self."""
+        for model in self.models.values():
+            model.warm_up()
+        return self
+
     def candidate_universe(self, op: str) -> list[Candidate]:
         """Return every candidate of `op` seen in training."""
         return self.model_for(op).candidate_universe()

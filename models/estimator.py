@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from models.dataset import GROUP_COLUMNS, TuningData, add_relative_time
-from models.features import candidate_table, feature_rows
+from models.features import CandidateBlock, candidate_table, feature_columns, feature_rows
 from models.reference import Reference
 from tps.candidate import Candidate
 from tps.errors import TPSError
@@ -26,6 +26,10 @@ from tps.hardware import HardwareSpec
 from tps.problem import ProblemKey
 
 MAX_LABEL = 30  # LightGBM's default label_gain covers labels 0..30
+# Prediction runs in one thread (`n_jobs` is for training): a query's thousand rows take
+# ~2.5 ms per booster, and on a busy two-core box a second OpenMP thread that is descheduled
+# stalls the first (median 13 ms per booster with two threads, 2.7 ms with one).
+PREDICT_THREADS = 1
 
 
 class ModelError(TPSError):
@@ -39,6 +43,8 @@ class LatencyModel:
 
     Parameters are stored as given; `fit` sets the fitted state (names ending in `_`).
     """
+
+    _block_cache: CandidateBlock | None  # built on first use (`warm_up`), dropped by `fit`
 
     def __init__(
         self,
@@ -112,6 +118,22 @@ class LatencyModel:
             self._candidate_cache = candidate_table(self.candidates_)
         return self._candidate_cache
 
+    def warm_up(self) -> LatencyModel:
+        """Build what every prediction reuses now, not in the first query after a load."""
+        self._check_fitted()
+        self._candidate_block()
+        self.reference_.warm_up()
+        return self
+
+    def _candidate_block(self) -> CandidateBlock:
+        """Return the training candidates' feature columns, built once per fitted model."""
+        block = getattr(self, "_block_cache", None)
+        if block is None:
+            table = self._known_candidates()
+            assert table is not None
+            block = self._block_cache = CandidateBlock.of(table)
+        return block
+
     def _matrix(self, frame: pd.DataFrame) -> np.ndarray:
         return frame.reindex(columns=self.feature_names_).to_numpy(dtype=np.float64)
 
@@ -162,6 +184,7 @@ class LatencyModel:
         if data.frame.empty:
             raise ModelError(f"no measurements of op {self.op!r} to train on")
         self._candidate_cache = None
+        self._block_cache = None
         if hasattr(self, "candidates_"):
             del self.candidates_  # a refit must not reuse the previous fit's candidates
         self.reference_ = Reference.from_data(data)
@@ -227,6 +250,61 @@ class LatencyModel:
         if candidates is None:
             candidates = self.candidate_universe()
         hw_key = hardware.fingerprint()
+        ids = [c.id for c in candidates]
+        keys = {"hw_key": hw_key, "problem_hash": problem.key_hash(), "candidate_id": ids}
+        if not candidates:
+            return pd.DataFrame(keys).assign(score=[], predicted_us=[], ranker_score=[])
+        X, references = self._prediction_features(hardware, problem, candidates)
+        ranker_score = np.asarray(self.ranker_.predict(X, num_threads=PREDICT_THREADS))
+        log_us = np.asarray(self.regressor_.predict(X, num_threads=PREDICT_THREADS))
+        return pd.DataFrame(
+            {
+                **keys,
+                **references,
+                "ranker_score": ranker_score,
+                "predicted_us": np.exp(log_us),
+                "score": _percentile(ranker_score) + _percentile(-log_us),
+            }
+        )
+
+    def _prediction_features(
+        self, hardware: HardwareSpec, problem: ProblemKey, candidates: list[Candidate]
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Return the feature matrix of the candidates on (hardware, problem), and the
+        reference features in it by name.
+
+        Candidates seen in training take their columns from the block built once per model;
+        any other list goes through `_features`, which gives the same numbers, slower.
+        """
+        block = self._candidate_block()
+        ids = [c.id for c in candidates]
+        rows = block.positions(ids)
+        if rows is None:
+            features = self._training_path_features(hardware, problem, candidates)
+            references = features.filter(like="ref_")
+            return self._matrix(features), {c: references[c].to_numpy() for c in references}
+        columns = feature_columns(
+            hardware=hardware, problem=problem, block=block, rows=rows, op=self.op
+        )
+        references = {}
+        ref_problem = self.reference_.closest_problem(problem) if self.reference_features else None
+        if ref_problem is not None:
+            # A device the model was trained on gets no help from its own measurements here.
+            references = self.reference_.feature_columns(
+                hardware, ref_problem, block.index[rows], exclude=hardware.fingerprint()
+            )
+        columns.update(references)
+        X = np.full((len(ids), len(self.feature_names_)), np.nan)
+        for i, name in enumerate(self.feature_names_):
+            if name in columns:
+                X[:, i] = columns[name]
+        return X, references
+
+    def _training_path_features(
+        self, hardware: HardwareSpec, problem: ProblemKey, candidates: list[Candidate]
+    ) -> pd.DataFrame:
+        """Return the prediction features through the training path (`_features`)."""
+        hw_key = hardware.fingerprint()
         problem_hash = problem.key_hash()
         keys = pd.DataFrame(
             {
@@ -235,8 +313,6 @@ class LatencyModel:
                 "candidate_id": [c.id for c in candidates],
             }
         )
-        if not candidates:
-            return keys.assign(score=[], predicted_us=[], ranker_score=[])
         data = TuningData(
             frame=pd.DataFrame(),
             hardware={**self.reference_.hardware, hw_key: hardware},
@@ -244,14 +320,7 @@ class LatencyModel:
             candidates={c.id: c for c in candidates},
         )
         # A device the model was trained on gets no help from its own measurements here.
-        features = self._features(data, keys, oof=True)
-        X = self._matrix(features)
-        out = keys.join(features.filter(like="ref_"))
-        out["ranker_score"] = self.ranker_.predict(X, num_threads=self.n_jobs)
-        log_us = self.regressor_.predict(X, num_threads=self.n_jobs)
-        out["predicted_us"] = np.exp(log_us)
-        out["score"] = _percentile(out["ranker_score"].to_numpy()) + _percentile(-log_us)
-        return out
+        return self._features(data, keys, oof=True)
 
     def predict(
         self,

@@ -11,7 +11,9 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -114,61 +116,74 @@ def candidate_features(candidate: Candidate) -> dict[str, float]:
     return feats
 
 
-def _param(frame: pd.DataFrame, names: tuple[str, ...], default: float = 1.0) -> np.ndarray:
-    lowered = {c.lower(): c for c in frame.columns if c.startswith(PARAM_PREFIX)}
+# Feature columns by name: a DataFrame, or a dict of equally long arrays.
+Columns: TypeAlias = Mapping[str, np.ndarray] | pd.DataFrame
+
+
+def _param(columns: Columns, names: tuple[str, ...], n: int, default: float = 1.0) -> np.ndarray:
+    lowered = {c.lower(): c for c in columns if c.startswith(PARAM_PREFIX)}
     for name in names:
         column = lowered.get(f"{PARAM_PREFIX}{name}")
         if column is not None:
-            values = frame[column].to_numpy(dtype=float)
+            values = np.asarray(columns[column], dtype=np.float64)
             return np.maximum(np.where(np.isnan(values), default, values), 1.0)
-    return np.full(len(frame), default)
+    return np.full(n, default)
 
 
-def _dim(frame: pd.DataFrame, name: str) -> np.ndarray:
+def _dim(columns: Columns, name: str, n: int) -> np.ndarray:
     column = f"{DIM_PREFIX}{name}_log2"
-    if column in frame:
-        return np.exp2(np.nan_to_num(frame[column].to_numpy(dtype=float), nan=0.0))
-    return np.ones(len(frame))
+    if column in columns:
+        return np.exp2(np.nan_to_num(np.asarray(columns[column], dtype=np.float64), nan=0.0))
+    return np.ones(n)
 
 
-def add_ratio_features(frame: pd.DataFrame, *, op: str) -> pd.DataFrame:
-    """Add the features that relate a candidate's work decomposition to the hardware."""
-    units = frame["hw_units"].to_numpy(dtype=float)
-    warp = frame["hw_warp"].to_numpy(dtype=float)
+def ratio_features(columns: Columns, *, op: str) -> dict[str, np.ndarray]:
+    """Return the features that relate a candidate's work decomposition to the hardware."""
+    units = np.asarray(columns["hw_units"], dtype=np.float64)
+    warp = np.asarray(columns["hw_warp"], dtype=np.float64)
+    n = len(units)
     ratios: dict[str, np.ndarray] = {}
     threads: np.ndarray | None = None
     if op == "gemm":
-        tile_m = _param(frame, _GEMM_TILE_M, default=128.0)
-        tile_n = _param(frame, _GEMM_TILE_N, default=128.0)
-        split = _param(frame, ("split_k", "splitk"), default=1.0)
-        blocks = np.ceil(_dim(frame, "m") / tile_m) * np.ceil(_dim(frame, "n") / tile_n) * split
-        blocks = blocks * _dim(frame, "batch")
+        tile_m = _param(columns, _GEMM_TILE_M, n, default=128.0)
+        tile_n = _param(columns, _GEMM_TILE_N, n, default=128.0)
+        split = _param(columns, ("split_k", "splitk"), n, default=1.0)
+        blocks = np.ceil(_dim(columns, "m", n) / tile_m) * np.ceil(_dim(columns, "n", n) / tile_n)
+        blocks = blocks * split * _dim(columns, "batch", n)
     else:
-        threads = np.ones(len(frame))
-        blocks = np.ones(len(frame))
+        threads = np.ones(n)
+        blocks = np.ones(n)
         for axis in _AXES:
-            block = _param(frame, (f"block_size_{axis}",))
-            tile = _param(frame, (f"tile_size_{axis}",))
+            block = _param(columns, (f"block_size_{axis}",), n)
+            tile = _param(columns, (f"tile_size_{axis}",), n)
             threads = threads * block
-            blocks = blocks * np.ceil(_dim(frame, axis) / (block * tile))
+            blocks = blocks * np.ceil(_dim(columns, axis, n) / (block * tile))
         warps = np.ceil(threads / warp)
         ratios["ratio_threads"] = threads
         ratios["ratio_warps_per_block"] = warps
         ratios["ratio_lane_use"] = threads / (warps * warp)
-        ratios["ratio_x_per_warp"] = _param(frame, ("block_size_x",)) / warp
-        ratios["ratio_work_per_thread"] = _param(frame, ("tile_size_x",)) * _param(
-            frame, ("tile_size_y",)
+        ratios["ratio_x_per_warp"] = _param(columns, ("block_size_x",), n) / warp
+        ratios["ratio_work_per_thread"] = _param(columns, ("tile_size_x",), n) * _param(
+            columns, ("tile_size_y",), n
         )
     waves = blocks / units
     ratios["ratio_log_blocks"] = np.log2(blocks)
     ratios["ratio_log_waves"] = np.log2(waves)
     ratios["ratio_wave_efficiency"] = waves / np.ceil(waves)
-    ratios["ratio_log_elems_per_unit"] = frame["prob_log_elems"].to_numpy() - np.log2(units)
-    ratios["ratio_log_bytes_per_l2"] = (
-        frame["prob_log_bytes"].to_numpy() - frame["hw_log_l2"].to_numpy()
+    log_elems = np.asarray(columns["prob_log_elems"], dtype=np.float64)
+    ratios["ratio_log_elems_per_unit"] = log_elems - np.log2(units)
+    log_bytes = np.asarray(columns["prob_log_bytes"], dtype=np.float64)
+    ratios["ratio_log_bytes_per_l2"] = log_bytes - np.asarray(
+        columns["hw_log_l2"], dtype=np.float64
     )
     if threads is not None:
         ratios["ratio_log_threads_per_unit"] = np.log2(blocks * threads / units)
+    return ratios
+
+
+def add_ratio_features(frame: pd.DataFrame, *, op: str) -> pd.DataFrame:
+    """Return `frame` with the ratio features (`ratio_features`) as more columns."""
+    ratios = ratio_features(frame, op=op)
     return pd.concat([frame, pd.DataFrame(ratios, index=frame.index)], axis=1)
 
 
@@ -177,6 +192,49 @@ def candidate_table(candidates: dict[str, Candidate]) -> pd.DataFrame:
     return pd.DataFrame.from_dict(
         {k: candidate_features(c) for k, c in candidates.items()}, orient="index"
     )
+
+
+@dataclass(frozen=True)
+class CandidateBlock:
+    """The candidate columns of the feature matrix for a fixed set of candidates.
+
+    They do not depend on the hardware or the problem, so a fitted model builds them once
+    and `feature_columns` only adds the hardware, problem and ratio columns per question.
+    """
+
+    index: pd.Index  # candidate ids, row order of `columns`
+    columns: dict[str, np.ndarray]
+
+    @classmethod
+    def of(cls, table: pd.DataFrame) -> CandidateBlock:
+        """Return the block of a `candidate_table`."""
+        return cls(
+            index=table.index,
+            columns={str(c): table[c].to_numpy(dtype=float) for c in table.columns},
+        )
+
+    def positions(self, candidate_ids: list[str]) -> np.ndarray | None:
+        """Return the rows of `candidate_ids`, or None when one of them is not in the block."""
+        rows = self.index.get_indexer(candidate_ids)
+        return None if (rows < 0).any() else rows
+
+
+def feature_columns(
+    *,
+    hardware: HardwareSpec,
+    problem: ProblemKey,
+    block: CandidateBlock,
+    rows: np.ndarray,
+    op: str,
+) -> dict[str, np.ndarray]:
+    """Return, column by column, what `feature_rows` returns for one (hardware, problem)
+    and the block's candidates at `rows`."""
+    n = len(rows)
+    columns = {k: np.full(n, v) for k, v in hardware_features(hardware).items()}
+    columns.update({k: np.full(n, v) for k, v in problem_features(problem).items()})
+    columns.update({k: v[rows] for k, v in block.columns.items()})
+    columns.update(ratio_features(columns, op=op))
+    return columns
 
 
 def feature_rows(

@@ -96,9 +96,9 @@ def source_rankings(
         reference.nearest_hardware(hardware, ref_problem, exclude=own) if ref_problem else None
     )
     orders = {"model": order_by(frame["score"].to_numpy(), ascending=False)}
-    if nearest is not None:
-        measured = reference.median_us.loc[(nearest[0], ref_problem)]
-        times = measured.reindex(frame["candidate_id"]).to_numpy()
+    if nearest is not None and ref_problem is not None:
+        times = reference.measured_us(nearest[0], ref_problem, frame["candidate_id"].tolist())
+        assert times is not None  # nearest_hardware only names devices that measured it
         orders["nearest"] = order_by(times, ascending=True)
     consensus = frame["ref_vendor"] if "ref_vendor" in frame else None
     if consensus is None or consensus.isna().all():

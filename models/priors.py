@@ -86,11 +86,8 @@ def _observed_order(
     bundle: ModelBundle, hardware: HardwareSpec, problem: ProblemKey, candidate_ids: list[str]
 ) -> np.ndarray | None:
     reference = bundle.model_for(problem.op).reference_
-    key = (hardware.fingerprint(), problem.key_hash())
-    if key not in reference.median_us.index:
-        return None
-    times = reference.median_us.loc[key].reindex(candidate_ids).to_numpy()
-    return order_by(times, ascending=True)
+    times = reference.measured_us(hardware.fingerprint(), problem.key_hash(), candidate_ids)
+    return None if times is None else order_by(times, ascending=True)
 
 
 def family_winners(

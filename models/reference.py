@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -22,6 +23,7 @@ FAILED_LOG_REL = 3.0
 VENDOR_PENALTY = 2.0
 WARP_PENALTY = 1.0
 SIMILARITY_SCALE = 2.0
+REFERENCE_FEATURES = ("ref_mean", "ref_vendor", "ref_near", "ref_wmean", "ref_min", "ref_max")
 
 
 def spec_vector(hardware: HardwareSpec) -> np.ndarray:
@@ -100,11 +102,43 @@ class Reference:
             return None
         return min(same_op, key=lambda hp: (problem_distance(problem, hp[1]), hp[0]))[0]
 
+    @cached_property
+    def _rows(self) -> dict[tuple[str, str], int]:
+        """Return the row of each (hw_key, problem_hash) in log_rel and median_us (one index)."""
+        return {key: i for i, key in enumerate(self.log_rel.index)}
+
+    @cached_property
+    def _groups(self) -> dict[str, list[str]]:
+        groups: dict[str, list[str]] = {}
+        for hw_key, problem_hash in self.log_rel.index:
+            groups.setdefault(problem_hash, []).append(hw_key)
+        return {problem_hash: sorted(keys) for problem_hash, keys in groups.items()}
+
+    def warm_up(self) -> None:
+        """Build the positional lookups now, not in the first query that needs them."""
+        _ = self._rows, self._groups
+
     def groups_for(self, problem_hash: str, *, exclude: str | None = None) -> list[str]:
         """Return the hw_keys that measured `problem_hash`, except `exclude`."""
-        index = self.log_rel.index
-        keys = index[index.get_level_values(1) == problem_hash].get_level_values(0)
-        return sorted(k for k in keys if k != exclude)
+        return [k for k in self._groups.get(problem_hash, []) if k != exclude]
+
+    def _table(
+        self, frame: pd.DataFrame, keys: list[tuple[str, str]], candidate_ids: pd.Index
+    ) -> np.ndarray:
+        """Return the rows `keys` of `frame` (log_rel or median_us) for `candidate_ids` (NaN
+        where a candidate is not a column)."""
+        columns = frame.columns.get_indexer(candidate_ids)
+        table = frame.to_numpy()[[self._rows[k] for k in keys]][:, columns]
+        table[:, columns < 0] = np.nan
+        return table
+
+    def measured_us(
+        self, hw_key: str, problem_hash: str, candidate_ids: list[str]
+    ) -> np.ndarray | None:
+        """Return the median latencies measured on (hw_key, problem_hash), or None if never."""
+        if (hw_key, problem_hash) not in self._rows:
+            return None
+        return self._table(self.median_us, [(hw_key, problem_hash)], pd.Index(candidate_ids))[0]
 
     def nearest_hardware(
         self, hardware: HardwareSpec, problem_hash: str, *, exclude: str | None = None
@@ -131,13 +165,24 @@ class Reference:
         of the same vendor; ref_near: on the nearest device by spec; ref_wmean: weighted
         by spec similarity; ref_min/ref_max: the spread over devices.
         """
+        index = pd.Index(candidate_ids)
+        columns = self.feature_columns(hardware, problem_hash, index, exclude=exclude)
+        return pd.DataFrame(columns, index=index)
+
+    def feature_columns(
+        self,
+        hardware: HardwareSpec,
+        problem_hash: str,
+        candidate_ids: pd.Index,
+        *,
+        exclude: str | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Return `features` as one array per feature name."""
         keys = self.groups_for(problem_hash, exclude=exclude)
-        columns = ["ref_mean", "ref_vendor", "ref_near", "ref_wmean", "ref_min", "ref_max"]
-        out = pd.DataFrame(np.nan, index=pd.Index(candidate_ids), columns=columns)
+        out = {name: np.full(len(candidate_ids), np.nan) for name in REFERENCE_FEATURES}
         if not keys:
             return out
-        table = self.log_rel.loc[[(k, problem_hash) for k in keys]]
-        table = table.reindex(columns=out.index).to_numpy()
+        table = self._table(self.log_rel, [(k, problem_hash) for k in keys], candidate_ids)
         distances = np.array([spec_distance(hardware, self.hardware[k]) for k in keys])
         weights = np.exp(-distances / SIMILARITY_SCALE)
         same_vendor = np.array([self.hardware[k].vendor == hardware.vendor for k in keys])

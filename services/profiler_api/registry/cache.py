@@ -62,5 +62,6 @@ class ActiveModelCache:
             # Keep serving what was loaded; the registry row needs an admin's attention.
             log.error("model v%d does not load; still serving the previous one", version)
             return None
+        bundle.warm_up()  # here, not in the first priors request after the switch
         log.info("loaded model v%d (ops %s)", version, bundle.ops)
         return LoadedModel(version=version, bundle=bundle)
