@@ -29,6 +29,21 @@ def test_aligned_problems_get_no_padded_candidate():
     assert PaddedProvider().candidates(problem, Device(kind="cuda"), limit=2) == []
 
 
+def test_fp8_gets_padded_candidates_only_off_its_grid_or_layout():
+    def fp8(m, n, k, **kw):
+        return ProblemKey(op="gemm", dtype="fp8_e4m3", dims={"m": m, "n": n, "k": k}, **kw)
+
+    gpu = Device(kind="cuda")
+    assert PaddedProvider().candidates(fp8(64, 4096, 4096, trans_b=True), gpu, limit=2) == []
+    for problem in (fp8(1000, 1000, 1024, trans_b=True), fp8(64, 4096, 4096),
+                    fp8(64, 64, 64, trans_a=True, trans_b=True)):
+        offered = PaddedProvider().candidates(problem, gpu, limit=2)
+        assert [c.params["align"] for c in offered] == [16, 64], problem.canonical()
+    assert PaddedProvider().candidates(
+        ProblemKey(op="gemm", dtype="fp8_e4m3", dims={"m": 8, "n": 8, "k": 8, "batch": 2}),
+        gpu, limit=2) == []
+
+
 def test_cublaslt_short_list_tries_one_of_each_kind_first():
     ranked = [{"algo_id": 66, "tile": "64x8", "split_k": 1},
               {"algo_id": 66, "tile": "64x8", "split_k": 1, "stages": "x"},

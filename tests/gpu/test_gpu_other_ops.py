@@ -1,8 +1,7 @@
-"""conv2d (cuDNN benchmark mode, channels_last, im2col) and Triton layernorm on a GPU.
+"""conv2d (cuDNN benchmark mode, channels_last, im2col), Triton layernorm and fp8 GEMM on a GPU.
 
-On the H200 (benchmarks/results/gpu_tests_other_ops.txt) 5 of 6 passed; fp32 conv2d failed
-because cuDNN ran it in TF32. The providers now set cuDNN's TF32 flag from the problem's
-dtype; that fix has not yet been run on a GPU.
+The providers set cuDNN's TF32 flag from the problem's dtype: fp32 conv2d once failed
+validation on the H200 because cuDNN ran it in TF32.
 """
 
 import pytest
@@ -30,3 +29,28 @@ def test_triton_layernorm_on_gpu(engine, cols):
     run = engine.probe(ProblemKey(op="layernorm", dtype="bf16", dims={"rows": 4096, "cols": cols}))
     assert "triton" in {m.candidate.backend for m in run.measurements}
     assert all(m.valid for m in run.measurements), [m.error for m in run.measurements]
+
+
+@pytest.mark.skipif(torch.version.hip is not None or torch.cuda.get_device_capability() < (8, 9),
+                    reason="fp8 GEMM needs an NVIDIA GPU of compute capability 8.9 or newer")
+@pytest.mark.parametrize("shape", [(64, 4096, 4096), (4000, 4000, 4000)])
+def test_fp8_gemm_default_and_cublaslt_are_valid(engine, shape):
+    m, n, k = shape
+    run = engine.probe(ProblemKey(op="gemm", dtype="fp8_e4m3", dims={"m": m, "n": n, "k": k},
+                                  trans_b=True))
+    backends = {m.candidate.backend for m in run.measurements if m.valid}
+    assert {"vendor-default", "cublaslt"} <= backends, [m.error for m in run.measurements]
+
+
+@pytest.mark.skipif(torch.version.hip is not None or torch.cuda.get_device_capability() < (8, 9),
+                    reason="fp8 GEMM needs an NVIDIA GPU of compute capability 8.9 or newer")
+@pytest.mark.parametrize("trans_a,trans_b", [(False, True), (False, False), (True, True)])
+def test_fp8_gemm_off_the_16_grid_or_layout_runs_padded(engine, trans_a, trans_b):
+    problem = ProblemKey(op="gemm", dtype="fp8_e4m3", dims={"m": 1000, "n": 1000, "k": 1000},
+                         trans_a=trans_a, trans_b=trans_b)
+    run = engine.probe(problem)
+    default, *rest = run.measurements
+    assert not default.valid and default.error  # torch._scaled_mm refuses it, by name
+    padded = [m for m in rest if m.candidate.backend == "padded"]
+    assert padded and all(m.valid for m in padded), [m.error for m in rest]
+    assert run.winner_id in {m.candidate.id for m in padded}
