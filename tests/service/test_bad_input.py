@@ -164,6 +164,19 @@ def test_a_count_too_large_for_its_column_is_a_422(live_service: LiveService) ->
     assert _nothing_stored(live_service, batch)
 
 
+@pytest.mark.parametrize(
+    "field, value",
+    [("rationale", "fast\u0000er"), ("telemetry", {"source": "nvml\u0000"})],
+    ids=["text", "json"],
+)
+def test_a_nul_character_is_a_422(live_service: LiveService, field: str, value: Any) -> None:
+    batch = batch_dict([probe_run(), probe_run()])
+    batch["runs"][1][field] = value
+    response = _post(live_service, json.dumps(batch).encode())
+    assert response.status_code == 422, response.text
+    assert _nothing_stored(live_service, batch)
+
+
 def test_streamed_body_over_32_mib_is_stopped_while_reading(live_service: LiveService) -> None:
     def chunks() -> Iterator[bytes]:  # chunked encoding: no Content-Length to refuse up front
         yield b'{"runs": ['

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from sqlalchemy import Engine, func, select, text
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from services.profiler_api.auth.repository import upsert_organisation
@@ -103,22 +103,6 @@ def test_resent_runs_add_nothing_to_the_aggregates(db_session: Session) -> None:
         select(CandidateStats.runs).where(CandidateStats.problem_id == problem.key_hash())
     ).scalars()
     assert set(runs) == {2}
-
-
-def test_staging_tables_are_emptied_by_the_commit(engine: Engine) -> None:
-    # Temporary tables are never vacuumed: rows deleted from a stage would keep their
-    # space for the life of the pooled connection, and each batch would scan it again.
-    with Session(engine) as session:
-        _store(session, [probe_run() for _ in range(3)])
-        session.commit()
-        sizes = session.execute(
-            text(
-                "SELECT c.relname, pg_relation_size(c.oid) FROM pg_class AS c "
-                "WHERE c.relpersistence = 't' AND c.relname LIKE 'stage_%'"
-            )
-        ).all()
-    assert {name for name, _ in sizes} >= {"stage_probe_runs", "stage_candidates"}
-    assert all(size == 0 for _, size in sizes), sizes
 
 
 def test_rolled_back_transaction_leaves_nothing(db_session: Session) -> None:

@@ -1,7 +1,7 @@
 """SQL of ingest: one statement per table per batch, never a row at a time.
 
 Measurements are copied straight into their table; hardware, problems, candidates and runs
-are copied into a temporary staging table and moved with one INSERT ... ON CONFLICT; the
+are sent as one binary array per column and inserted by one INSERT ... ON CONFLICT; the
 aggregates are folded from the batch's stored measurements by one INSERT ... SELECT.
 
 Keys are inserted in sorted order so that concurrent batches take row locks in the
@@ -38,12 +38,19 @@ RunRow = tuple[
 MeasurementRow = tuple[Any, ...]
 
 HARDWARE_COLUMNS = "fingerprint, vendor, arch, name, spec"
+HARDWARE_TYPES = ("text", "text", "text", "text", "jsonb")
 PROBLEM_COLUMNS = "hash, canonical, op, dtype, dims, key"
+PROBLEM_TYPES = ("text", "text", "text", "text", "jsonb", "jsonb")
 CANDIDATE_COLUMNS = "id, backend, params"
+CANDIDATE_TYPES = ("text", "text", "jsonb")
 RUN_COLUMNS = (
     "run_id, org_id, host_id, hardware_id, problem_id, winner_id, budget_ms, compile_ms, "
     "telemetry, priors, software, rationale, agent_version, source, created_at"
 )
+RUN_TYPES = (
+    "uuid", "int8", "text", "text", "text", "text", "float8", "float8", "jsonb", "jsonb",
+    "jsonb", "text", "text", "text", "timestamptz",
+)  # fmt: skip
 MEASUREMENT_COLUMNS = (
     "run_id, ordinal, candidate_id, median_us, p10_us, p90_us, std_us, samples, "
     "outliers_rejected, valid, error, compile_ms"
@@ -128,31 +135,34 @@ def _merge(
     conn: psycopg.Connection[Any],
     table: str,
     columns: str,
+    types: Sequence[str],
     rows: Iterable[Sequence[Any]],
     *,
     order_by: str,
     on_conflict: str,
     returning: str = "",
 ) -> list[tuple[Any, ...]]:
-    """COPY rows into a staging table, then move them with one INSERT ... ON CONFLICT.
+    """Insert rows with one ordered INSERT ... SELECT FROM unnest(...) ON CONFLICT.
 
-    COPY is the cheap way to get many rows to the server (binding arrays costs more in
-    Python than the whole insert); the ordered INSERT gives idempotency and lock order.
+    Each column travels as one binary array parameter: in Python that costs what a COPY
+    does, in one round trip and with no staging table (truncating staging tables at each
+    commit took milliseconds, while the batch held its row locks). The ordered INSERT gives
+    idempotency and lock order.
     """
-    stage = f"stage_{table}"
-    # One stage per pooled connection. Temporary tables are never vacuumed, so deleted rows
-    # would keep their space for the connection's life: each commit truncates the stage.
-    conn.execute(
-        f"CREATE TEMP TABLE IF NOT EXISTS {stage} (LIKE {table} INCLUDING DEFAULTS) "
-        "ON COMMIT DELETE ROWS"
+    names = [name.strip() for name in columns.split(",")]
+    arrays = [list(values) for values in zip(*rows, strict=True)]
+    if not arrays:
+        return []
+    # JSON columns travel as text and are parsed on the server, as COPY would.
+    sources = ", ".join(f"%b::{'text' if t == 'jsonb' else t}[]" for t in types)
+    values = ", ".join(
+        f"{name}::jsonb" if t == "jsonb" else name for name, t in zip(names, types, strict=True)
     )
-    _copy(conn, stage, columns, rows)
-    # Moving (DELETE ... RETURNING) leaves the stage empty for a next batch of the same
-    # transaction too.
     cursor = conn.execute(
-        f"WITH moved AS (DELETE FROM {stage} RETURNING {columns}) "
-        f"INSERT INTO {table} AS s ({columns}) SELECT {columns} FROM moved "
-        f"ORDER BY {order_by} {on_conflict} {returning}"
+        f"INSERT INTO {table} AS s ({columns}) "
+        f"SELECT {values} FROM unnest({sources}) AS x({columns}) "
+        f"ORDER BY {order_by} {on_conflict} {returning}",
+        arrays,
     )
     return cursor.fetchall() if returning else []
 
@@ -163,6 +173,7 @@ def upsert_hardware(conn: psycopg.Connection[Any], rows: Iterable[Sequence[str]]
         conn,
         "hardware",
         HARDWARE_COLUMNS,
+        HARDWARE_TYPES,
         rows,
         order_by="fingerprint",
         on_conflict="ON CONFLICT (fingerprint) DO NOTHING",
@@ -175,6 +186,7 @@ def upsert_problems(conn: psycopg.Connection[Any], rows: Iterable[Sequence[str]]
         conn,
         "problems",
         PROBLEM_COLUMNS,
+        PROBLEM_TYPES,
         rows,
         order_by="hash",
         on_conflict="ON CONFLICT (hash) DO NOTHING",
@@ -187,6 +199,7 @@ def upsert_candidates(conn: psycopg.Connection[Any], rows: Iterable[Sequence[str
         conn,
         "candidates",
         CANDIDATE_COLUMNS,
+        CANDIDATE_TYPES,
         rows,
         order_by="id",
         on_conflict="ON CONFLICT (id) DO NOTHING",
@@ -199,6 +212,7 @@ def insert_runs(conn: psycopg.Connection[Any], rows: Iterable[RunRow]) -> set[uu
         conn,
         "probe_runs",
         RUN_COLUMNS,
+        RUN_TYPES,
         rows,
         order_by="run_id",
         on_conflict="ON CONFLICT (run_id) DO NOTHING",
