@@ -14,12 +14,13 @@ import json
 import math
 import statistics
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from gemm_h200 import probe_and_retime  # noqa: E402  (this folder)
 
 from agents.opconfig import OpConfig, TunableOpEntry  # noqa: E402
 from agents.probe.engine import build_engine  # noqa: E402
@@ -69,31 +70,12 @@ def main() -> None:
     rows = []
     with (out / "ops_h200_runs.jsonl").open("w") as runs_out:
         for problem in PROBLEMS:
-            t0 = time.perf_counter()
-            run = engine.probe(problem)
-            wall_ms = (time.perf_counter() - t0) * 1000
-            runs_out.write(run.model_dump_json() + "\n")
-            by_id = {m.candidate.id: m for m in run.measurements}
-            winner = by_id[run.winner_id] if run.winner_id else None
-            default = run.measurements[0]
             row = {"problem": problem.canonical(), "op": problem.op, "dtype": problem.dtype,
-                   "candidates": len(run.measurements),
-                   "invalid": [f"{m.candidate.label()}: {m.error}"[:200]
-                               for m in run.measurements if not m.valid],
-                   "winner": winner.candidate.label() if winner else None,
-                   "probe_ms": run.budget_ms, "compile_ms": run.compile_ms, "wall_ms": wall_ms,
-                   "default_us": default.median_us, "chosen_us": default.median_us}
-            if winner and winner.candidate.backend != "vendor-default":
-                check = engine.probe(problem, only=[winner.candidate])
-                runs_out.write(check.model_dump_json() + "\n")
-                row["default_us"] = check.measurements[0].median_us
-                row["chosen_us"] = check.measurements[1].median_us
-            if row["default_us"] and row["chosen_us"]:
-                row["speedup"] = row["default_us"] / row["chosen_us"]
+                   **probe_and_retime(engine, problem, runs_out)}
             rows.append(row)
             print(f"{row['problem']}: {row.get('speedup', 0):.3f}x {row['winner']} "
                   f"probe {row['probe_ms']:.1f} ms, {row['candidates']} candidates, "
-                  f"invalid {len(row['invalid'])}", flush=True)
+                  f"invalid {row['invalid']}", flush=True)
     summary = {}
     for op in sorted({r["op"] + "/" + r["dtype"] for r in rows}):
         group = [r for r in rows if r["op"] + "/" + r["dtype"] == op]
