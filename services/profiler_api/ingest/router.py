@@ -48,7 +48,12 @@ def _decode_and_ingest(
 ) -> IngestResult:
     body = inflate(chunks, encoding=encoding, limit=limit)
     metrics.ingest_bytes.labels("inflated").inc(len(body))
-    return service.ingest(session, body, org_id=org_id, metrics=metrics)
+    result = service.ingest(session, body, org_id=org_id, metrics=metrics)
+    # Commit here rather than in the session dependency: concurrent batches wait on this
+    # batch's aggregate rows, and the way back through the event loop takes several GIL
+    # hand-offs, each up to a switch interval when another thread is parsing.
+    session.commit()
+    return result
 
 
 @router.post(
