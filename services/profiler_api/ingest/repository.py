@@ -66,10 +66,12 @@ STATS_COLUMNS = (
 )
 
 # Adds the aggregate deltas of runs %(run_ids)s, read back from their stored measurements,
-# to the stored aggregates. The inner query aggregates one run at a time (an index scan of
-# that run's measurements, whatever the table's size), so a candidate measured twice in one
-# run counts as one run; the outer one sums the runs per key, in key order (lock order).
-# Only valid measurements with a median count towards latency.
+# to the stored aggregates. The runs are looked up by key, and the inner query aggregates one
+# run at a time (an index scan of its measurements), whatever the tables' sizes; so a
+# candidate measured twice in one run counts as one run. The outer query sums the runs per
+# key in key order (lock order); as nothing arrives in that order, the sort takes every
+# delta before the first row is locked, and concurrent batches that wait on those rows wait
+# for the upsert alone. Only valid measurements with a median count towards latency.
 _ADD_STATS = f"""
 INSERT INTO candidate_stats AS s ({STATS_COLUMNS})
 SELECT r.hardware_id, r.problem_id, m.candidate_id,
@@ -77,7 +79,8 @@ SELECT r.hardware_id, r.problem_id, m.candidate_id,
     sum(m.sum_log_median), sum(m.sum_sq_log_median),
     min(m.min_median_us), max(m.max_median_us),
     min(r.created_at), max(r.created_at)
-FROM probe_runs AS r
+FROM unnest(%(run_ids)s::uuid[]) AS batch (run_id)
+JOIN probe_runs AS r USING (run_id)
 CROSS JOIN LATERAL (
     SELECT candidate_id,
         count(median_us) FILTER (WHERE valid) AS valid_measurements,
@@ -90,7 +93,6 @@ CROSS JOIN LATERAL (
     WHERE run_id = r.run_id
     GROUP BY candidate_id
 ) AS m
-WHERE r.run_id = ANY(%(run_ids)s)
 GROUP BY r.hardware_id, r.problem_id, m.candidate_id
 ORDER BY r.hardware_id, r.problem_id, m.candidate_id
 ON CONFLICT (hardware_id, problem_id, candidate_id) DO UPDATE SET
