@@ -1,4 +1,4 @@
-"""The rows of one batch: deduplicated, checked against their columns, aggregated."""
+"""The rows of one batch: deduplicated and checked against their columns."""
 
 from __future__ import annotations
 
