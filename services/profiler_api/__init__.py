@@ -11,9 +11,10 @@ Layout (a package per domain, SQL in repositories, commit at the request boundar
 - `priors/`: POST/GET /v1/priors; `sources.PriorSource` is the plug-in point for
   model-based ranking (`register_prior_source`, then name it in TPS_PRIOR_SOURCES).
 - `fleet/`: GET /v1/hardware, /v1/stats; `auth/`: tokens; `ops/`: health, metrics.
-- `training/`: POST /v1/admin/retrain, GET /v1/admin/jobs/{id}; the worker (a thread of each
-  replica, or `tps worker`) claims jobs with SKIP LOCKED, trains on the stored measurements,
-  and activates the model only if it passes the quality gate (`training.service`).
+- `training/`: POST /v1/admin/retrain, GET /v1/admin/jobs[/{id}], POST .../{id}/cancel; the
+  worker (a thread of each replica, or `tps worker`) claims jobs with SKIP LOCKED, trains on
+  the stored measurements, and activates the model only if it passes the quality gate
+  (`training.service`).
 - `registry/`: GET /v1/models, POST /v1/models/{version}/activate; the `model` and `family`
   prior sources, served from the active model (`registry.cache`, reloaded on activation).
 - `runner`, `demo`, `bench`, `bench_priors`, `synthetic`: running the service, `tps demo`,

@@ -187,7 +187,7 @@ class CandidateStats(Base):
 # (models.bundle.ModelBundle), so activating a version switches them all together. A partial
 # unique index on `active` makes a second active row impossible, whatever the replicas do.
 
-JOB_STATES = ("queued", "running", "succeeded", "failed", "rejected")
+JOB_STATES = ("queued", "running", "succeeded", "failed", "rejected", "cancelled")
 
 
 class ModelVersion(Base):

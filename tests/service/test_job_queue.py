@@ -61,3 +61,22 @@ def test_a_job_whose_worker_died_is_claimed_again(queue_engine: Engine) -> None:
         # With a zero staleness limit, a running job counts as abandoned at once.
         claimed = repository.claim_next_job(session, worker="live", stale_s=0.0)
         assert claimed is not None and claimed.id == job and claimed.worker == "live"
+
+
+def test_a_cancelled_job_is_never_claimed(queue_engine: Engine) -> None:
+    with Session(queue_engine) as session, session.begin():
+        org = upsert_organisation(session, "queue")
+        first = repository.create_job(session, org_id=org, params={}).id
+    with Session(queue_engine) as session, session.begin():  # a later now(): a newer job
+        second = repository.create_job(session, org_id=org, params={}).id
+    with Session(queue_engine) as session, session.begin():
+        cancelled = repository.cancel_job(session, first)
+        assert cancelled is not None and cancelled.state == "cancelled"
+        assert cancelled.finished_at is not None
+        assert repository.cancel_job(session, first) is None  # no longer queued
+    with Session(queue_engine) as session, session.begin():
+        claimed = repository.claim_next_job(session, worker="w", stale_s=3600)
+        assert claimed is not None and claimed.id == second
+        assert repository.cancel_job(session, second) is None  # running: too late
+        assert [j.id for j in repository.list_jobs(session)] == [second, first]
+        assert [j.id for j in repository.list_jobs(session, state="cancelled")] == [first]

@@ -36,6 +36,30 @@ def get_job(session: Session, job_id: uuid.UUID) -> TrainingJob | None:
     return session.get(TrainingJob, job_id)
 
 
+def list_jobs(session: Session, *, state: str | None = None, limit: int = 50) -> list[TrainingJob]:
+    """Return the newest jobs first, optionally only those in `state`."""
+    query = select(TrainingJob).order_by(TrainingJob.requested_at.desc(), TrainingJob.id)
+    if state is not None:
+        query = query.where(TrainingJob.state == state)
+    return list(session.execute(query.limit(limit)).scalars())
+
+
+def cancel_job(session: Session, job_id: uuid.UUID) -> TrainingJob | None:
+    """Cancel a queued job; return it, or None when it is not queued (or does not exist).
+
+    Row-locked like a claim, so a worker claiming it at this moment wins or loses whole.
+    """
+    job = session.execute(
+        select(TrainingJob).where(TrainingJob.id == job_id).with_for_update()
+    ).scalar_one_or_none()
+    if job is None or job.state != "queued":
+        return None
+    job.state, job.finished_at = "cancelled", func.now()
+    session.flush()
+    session.refresh(job)
+    return job
+
+
 def claim_next_job(session: Session, *, worker: str, stale_s: float) -> TrainingJob | None:
     """Mark the oldest queued job running and return it; replicas never claim the same one.
 

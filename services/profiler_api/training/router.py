@@ -1,14 +1,15 @@
-"""POST /v1/admin/retrain and GET /v1/admin/jobs/{id}: training runs in the worker, not here."""
+"""POST /v1/admin/retrain and the job endpoints: training runs in the worker, not here."""
 
 from __future__ import annotations
 
 import uuid
-from typing import Annotated
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, Body, Response
+from fastapi import APIRouter, Body, Query, Response
 
 from services.profiler_api.deps import AdminDep, SessionDep
-from services.profiler_api.errors import NotFound
+from services.profiler_api.errors import Conflict, NotFound
+from services.profiler_api.orm import JOB_STATES
 from services.profiler_api.training import repository
 from services.profiler_api.training.schemas import JobOut, RetrainAccepted, RetrainParams
 
@@ -37,9 +38,37 @@ def retrain(
     return RetrainAccepted(job_id=job.id, state=job.state, status_url=url)
 
 
+JobState = Literal[JOB_STATES]  # type: ignore[valid-type]
+
+
+@router.get("/jobs", response_model=list[JobOut], summary="Training jobs, newest first")
+def list_jobs(
+    session: SessionDep,
+    _: AdminDep,
+    state: Annotated[JobState | None, Query(description="only jobs in this state")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> list[JobOut]:
+    """Return the newest training jobs, optionally only those in one state."""
+    return [JobOut.model_validate(job)
+            for job in repository.list_jobs(session, state=state, limit=limit)]
+
+
+@router.post("/jobs/{job_id}/cancel", response_model=JobOut, summary="Cancel a queued job")
+def cancel_job(session: SessionDep, _: AdminDep, job_id: uuid.UUID) -> JobOut:
+    """Cancel a job that no worker has claimed yet; a running or finished one gets 409."""
+    job = repository.cancel_job(session, job_id)
+    if job is not None:
+        return JobOut.model_validate(job)
+    existing = repository.get_job(session, job_id)
+    if existing is None:
+        raise NotFound(f"job_id: no training job {job_id}")
+    raise Conflict(f"job {job_id} is {existing.state}: only a queued job can be cancelled")
+
+
 @router.get("/jobs/{job_id}", response_model=JobOut, summary="State and metrics of a job")
 def get_job(session: SessionDep, _: AdminDep, job_id: uuid.UUID) -> JobOut:
-    """Return a training job: queued, running, succeeded, rejected (by the gate) or failed."""
+    """Return a training job: queued, running, succeeded, rejected (by the gate), failed or
+    cancelled."""
     job = repository.get_job(session, job_id)
     if job is None:
         raise NotFound(f"job_id: no training job {job_id}")
