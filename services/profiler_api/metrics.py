@@ -1,12 +1,34 @@
-"""Prometheus metrics of one replica, in a registry of its own (tests build many apps)."""
+"""Prometheus metrics of one replica, in a registry of its own (tests build many apps).
+
+A replica of several uvicorn worker processes keeps its numbers in prometheus_client's
+multiprocess files, in the folder PROMETHEUS_MULTIPROC_DIR names, and /metrics sums every
+worker's; otherwise /metrics would show whichever worker answered.
+"""
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def multiprocess_env(workers: int) -> dict[str, str]:
+    """Return the environment that worker processes need to share their metrics.
+
+    One worker needs nothing. For more, a fresh folder each time, so that no earlier run's
+    files are summed in; a folder the operator named in the environment is used as it is.
+    The workers must get it before they import prometheus_client.
+    """
+    if workers <= 1:
+        return {}
+    folder = os.environ.get(MULTIPROC_ENV) or tempfile.mkdtemp(prefix="tps-metrics-")
+    return {MULTIPROC_ENV: folder}
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
@@ -59,7 +81,11 @@ class ServiceMetrics:
         )
 
     def render(self) -> bytes:
-        """Return the text exposition of every metric."""
+        """Return the text exposition of every metric, summed over the worker processes."""
+        if os.environ.get(MULTIPROC_ENV):
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+            return generate_latest(registry)
         return generate_latest(self.registry)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import httpx
 
+from services.profiler_api.metrics import MULTIPROC_ENV, multiprocess_env
 from tps.errors import TPSError
 
 APP_FACTORY = "services.profiler_api.app:create_app"
@@ -77,7 +79,9 @@ def running_service(
         "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
         "--log-level", "warning", "--no-access-log",
     ]  # fmt: skip
-    child_env = {**os.environ, **(env or {}), "TPS_DATABASE_URL": database_url}
+    metrics_env = multiprocess_env(workers) if MULTIPROC_ENV not in (env or {}) else {}
+    own_metrics_dir = metrics_env.get(MULTIPROC_ENV) if MULTIPROC_ENV not in os.environ else None
+    child_env = {**os.environ, **metrics_env, **(env or {}), "TPS_DATABASE_URL": database_url}
     with tempfile.NamedTemporaryFile(prefix="tps-service-", suffix=".log", delete=False) as log:
         log_path = Path(log.name)
     with log_path.open("wb") as log_file:
@@ -98,3 +102,5 @@ def running_service(
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+        if own_metrics_dir:
+            shutil.rmtree(own_metrics_dir, ignore_errors=True)

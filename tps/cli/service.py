@@ -59,12 +59,14 @@ def serve(
     import uvicorn
 
     from services.profiler_api import migrate as migrations
+    from services.profiler_api.metrics import multiprocess_env
 
     embedded = not (database_url or os.environ.get("TPS_DATABASE_URL"))
     url = _database_url(database_url)
     if migrate if migrate is not None else embedded:
         migrations.upgrade(url)
     os.environ["TPS_DATABASE_URL"] = url  # the workers read it through Settings
+    os.environ.update(multiprocess_env(workers))
     console.print(f"TPS service on http://{host}:{port} (docs at /docs)")
     uvicorn.run(
         "services.profiler_api.app:create_app",
