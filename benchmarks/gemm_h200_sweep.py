@@ -131,7 +131,7 @@ def sweep_shape(engine, shape, log) -> dict:
         if mine:
             b = min(mine, key=lambda e: e["median_us"])
             best[backend] = {**b, "speedup": d / b["median_us"]}
-    lt._retire(problem.key_hash())
+    lt._retire(problem.key_hash(), plan)
     lt_best, tr_best = best.get("cublaslt", {}), best.get("triton", {})
     log(f"{m}x{n}x{k}: default {d:.1f} us | cublaslt best {lt_best.get('speedup', 0):.3f}x "
         f"rank {lt_best.get('rank')} | triton best {tr_best.get('speedup', 0):.3f}x "

@@ -29,15 +29,12 @@ class CudaGraphTimer:
         stream: Any = None,
         warmup: int = 1,
         use_graphs: bool = True,
-        flush_bytes: int = 0,
         lead_cycles: int = 200_000,
     ) -> None:
         self.stream = stream
         self.warmup = warmup
         self.use_graphs = use_graphs
-        self.flush_bytes = flush_bytes
         self.lead_cycles = lead_cycles
-        self._flush: Any = None
 
     def _stream(self) -> Any:
         import torch
@@ -63,14 +60,14 @@ class CudaGraphTimer:
                 end.record(s)
                 pairs.append((start, end))
         s.synchronize()
-        return [max(start.elapsed_time(end) * 1000.0 / 2, 0.5) for start, end in pairs]
+        return [
+            max(start.elapsed_time(end) * 1000.0 / (2 * kernel.launches), 0.5)
+            for kernel, (start, end) in zip(kernels, pairs, strict=True)
+        ]
 
     def arm(self, kernel: Kernel, reps: int, kernel_us: float = 0.0) -> Armed:
         import torch
 
-        if self.flush_bytes:
-            # Cold cache: one launch per sample, each after the L2 is overwritten.
-            return Armed(kernel=kernel, reps=1, kernel_us=kernel_us, mode="cold")
         if self.use_graphs and kernel.graphable:
             graph = torch.cuda.CUDAGraph()
             try:
@@ -94,18 +91,13 @@ class CudaGraphTimer:
         import torch
 
         s = self._stream()
-        if self.flush_bytes and self._flush is None:
-            self._flush = torch.empty(self.flush_bytes, dtype=torch.uint8, device=s.device)
         rounds: list[dict[int, tuple[Any, Any]]] = []
         with torch.cuda.stream(s):
             for order in orders:
-                if not self.flush_bytes:
-                    torch.cuda._sleep(self.lead_cycles)
+                torch.cuda._sleep(self.lead_cycles)
                 events: dict[int, tuple[Any, Any]] = {}
                 for i in order:
                     a = armed[i]
-                    if a.mode == "cold":
-                        self._flush.zero_()
                     start = torch.cuda.Event(enable_timing=True)
                     end = torch.cuda.Event(enable_timing=True)
                     start.record(s)
@@ -119,6 +111,7 @@ class CudaGraphTimer:
                 rounds.append(events)
         s.synchronize()
         return [
-            {i: start.elapsed_time(end) * 1000.0 / armed[i].reps for i, (start, end) in r.items()}
+            {i: start.elapsed_time(end) * 1000.0 / (armed[i].reps * armed[i].kernel.launches)
+             for i, (start, end) in r.items()}
             for r in rounds
         ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 import uuid
 from collections.abc import Callable, Sequence
@@ -18,7 +19,7 @@ from agents.probe.sampling import collect, rotated, shared_reps
 from agents.probe.settings import ProbeSettings
 from agents.probe.stats import summarize
 from agents.probe.timers import Armed, Timer
-from agents.providers.base import Kernel, Provider
+from agents.providers.base import Kernel, Provider, rotating
 from agents.telemetry import TelemetryGate, TelemetrySource
 from tps.candidate import VENDOR_DEFAULT, Candidate
 from tps.hardware import HardwareSpec
@@ -64,6 +65,7 @@ class _Breakdown:
     sampling_ms: float = 0.0
     confirm_ms: float = 0.0
     copy_bytes: int = 0
+    operand_copies: int = 1
 
     @property
     def probe_ms(self) -> float:
@@ -79,6 +81,8 @@ class _Breakdown:
             f"{self.warmup_ms:.1f} + capture {self.capture_ms:.1f} + launches "
             f"{self.sampling_ms:.1f} + head-to-head {self.confirm_ms:.1f}; layout copies "
             f"{self.copy_bytes / 1e6:.1f} MB per launch"
+            + (f"; cold cache: {self.operand_copies} operand copies in rotation"
+               if self.operand_copies > 1 else "")
         )
 
 
@@ -153,6 +157,8 @@ class ProbeEngine:
 
         slots = self._shortlist(problem, only, operands, times)
         self._prepare(problem, hardware, operands, op, slots, times)
+        if self.settings.cold_cache:
+            self._rotate(problem, hardware, operands, op, slots, times)
         self._measure([s for s in slots if s.kernel is not None and s.valid], times)
         run = self._conclude(problem, hardware, slots, snapshot, times)
         for slot in slots:
@@ -241,6 +247,45 @@ class ProbeEngine:
                 log.warning("banned %s on %s: %s", slot.candidate.label(),
                             problem.canonical(), check.reason())
 
+    def _rotate(
+        self, problem: ProblemKey, hardware: HardwareSpec, operands: Any, op: OpKind,
+        slots: list[_Slot], times: _Breakdown,
+    ) -> None:
+        """Cold cache: give each valid candidate one kernel per operand copy, run in turn.
+
+        The copies together hold at least twice the L2, so each launch finds its operands
+        pushed out by the launches before it. Outputs were validated on the first copy.
+        """
+        live = [slot for slot in slots if slot.kernel is not None and slot.valid]
+        if not live:
+            return
+        n = cold_copies(operand_bytes(operands), l2_bytes=hardware.l2_bytes,
+                        limit=self.settings.cold_max_copies)
+        start = self.clock.now_ns()
+        copies = [op.operands(problem, self.device.torch_device, seed=self.settings.seed + i)
+                  for i in range(1, n)]
+        self.device.synchronize()
+        times.operands_ms += elapsed_ms(self.clock, start)
+        start = self.clock.now_ns()
+        for slot in live:
+            assert slot.provider is not None and slot.kernel is not None
+            extra: list[Kernel] = []
+            try:
+                for copy in copies:
+                    extra.append(slot.provider.prepare(slot.candidate, problem, copy, self.device))
+                    extra[-1].run()
+            except Exception as exc:
+                slot.valid = False
+                slot.error = f"on an operand copy: {type(exc).__name__}: {exc}"[:2000]
+                for kernel in extra:
+                    if kernel.close is not None:
+                        kernel.close()
+                continue
+            slot.kernel = rotating([slot.kernel, *extra])
+        self.device.synchronize()
+        times.compile_ms += elapsed_ms(self.clock, start)
+        times.operand_copies = n
+
     def _measure(self, slots: list[_Slot], times: _Breakdown) -> None:
         if not slots:
             return
@@ -254,7 +299,8 @@ class ProbeEngine:
                            max_reps=s.max_reps)
         armed = []
         for slot, est in live:
-            slot.armed = self.timer.arm(slot.kernel, reps, kernel_us=est)  # type: ignore[arg-type]
+            launches = slot.kernel.launches  # type: ignore[union-attr]
+            slot.armed = self.timer.arm(slot.kernel, reps, kernel_us=est * launches)  # type: ignore[arg-type]
             armed.append(slot.armed)
             times.copy_bytes += slot.kernel.copy_bytes  # type: ignore[union-attr]
         times.capture_ms = elapsed_ms(self.clock, start)
@@ -346,6 +392,21 @@ class ProbeEngine:
             rationale=(rationale + " | " + times.line())[:4000],
             agent_version=_agent_version(),
         )
+
+
+def operand_bytes(operands: Any) -> int:
+    """Return the bytes of the tensors an operand set holds, each storage counted once."""
+    storages: dict[int, int] = {}
+    for value in vars(operands).values():
+        if hasattr(value, "untyped_storage"):
+            storage = value.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())
+
+
+def cold_copies(operand_bytes: int, *, l2_bytes: int, limit: int) -> int:
+    """Return how many operand copies hold at least twice the L2 (2 at least, `limit` at most)."""
+    return min(limit, max(2, math.ceil(2 * l2_bytes / max(operand_bytes, 1)) + 1))
 
 
 def pick_shortlist(
@@ -454,11 +515,10 @@ def build_engine(
     chosen = [builtin.create(name, settings=settings) for name in names]
     hardware = detect_hardware(dev, measure_bandwidth=measure_bandwidth)
     if dev.is_gpu:
-        flush = 2 * hardware.l2_bytes if settings.cold_cache else 0
         # warmup=0: the engine's first launch of each candidate (compile and validation)
         # already warmed it up.
         timer: Timer = TIMERS.create("cuda-graph", stream=dev.stream, warmup=0,
-                                     use_graphs=settings.use_graphs, flush_bytes=flush)
+                                     use_graphs=settings.use_graphs)
     else:
         timer = TIMERS.create("cpu")
     source = (

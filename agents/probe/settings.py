@@ -30,7 +30,9 @@ class ProbeSettings(BaseModel):
     # when re-timed. Such a kernel must win by this much to replace the default.
     long_kernel_us: float = Field(default=500.0, gt=0)
     long_kernel_min_gain: float = Field(default=0.05, ge=0)
+    # Cold-cache timing: rotate operand copies that together hold twice the L2.
     cold_cache: bool = False
+    cold_max_copies: int = Field(default=32, ge=2)
     use_graphs: bool = True
     validate_outputs: bool = True
     seed: int = 0

@@ -62,7 +62,7 @@ class CpuTimer:
                 kernel.run()
             start = time.perf_counter_ns()
             kernel.run()
-            out.append(max((time.perf_counter_ns() - start) / 1e3, 0.01))
+            out.append(max((time.perf_counter_ns() - start) / 1e3 / kernel.launches, 0.01))
         return out
 
     def arm(self, kernel: Kernel, reps: int, kernel_us: float = 0.0) -> Armed:
@@ -84,6 +84,6 @@ class CpuTimer:
                 start = time.perf_counter_ns()
                 for _ in range(a.reps):
                     a.kernel.run()
-                row[i] = (time.perf_counter_ns() - start) / 1e3 / a.reps
+                row[i] = (time.perf_counter_ns() - start) / 1e3 / (a.reps * a.kernel.launches)
             out.append(row)
         return out

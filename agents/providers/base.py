@@ -29,6 +29,38 @@ class Kernel:
     copy_bytes: int = 0
     # Releases library resources once every graph that captured `run` is gone.
     close: Callable[[], None] | None = None
+    # Launches of the candidate per `run()`: more than one when it rotates operand copies.
+    launches: int = 1
+
+
+def rotating(kernels: list[Kernel]) -> Kernel:
+    """Return one kernel that runs each of `kernels` (one per operand copy) in turn.
+
+    Cold-cache timing: with copies together larger than the L2, every launch reads
+    operands that the previous launches have pushed out of it. Timers divide by `launches`.
+    """
+    first = kernels[0]
+
+    def run() -> Any:
+        out = None
+        for kernel in kernels:
+            out = kernel.run()
+        return out
+
+    def close() -> None:
+        for kernel in kernels:
+            if kernel.close is not None:
+                kernel.close()
+
+    return Kernel(
+        candidate=first.candidate,
+        run=run,
+        graphable=all(k.graphable for k in kernels),
+        keepalive=[k.keepalive for k in kernels],
+        copy_bytes=first.copy_bytes,
+        close=close,
+        launches=sum(k.launches for k in kernels),
+    )
 
 
 class Provider(Protocol):

@@ -89,7 +89,8 @@ class CublasLtProvider:
 
     def __init__(self, limit: int = 32) -> None:
         self.limit = limit
-        self._plans: dict[str, _Plan] = {}
+        # Per problem, one plan per operand set in use (cold-cache timing rotates copies).
+        self._plans: dict[str, list[_Plan]] = {}
         # nvmath's free() after graph capture raised CUDA_ERROR_INVALID_VALUE on the H200;
         # plans whose free fails are parked here rather than leaked mid-use.
         self._parked: list[Any] = []
@@ -116,6 +117,10 @@ class CublasLtProvider:
     ) -> list[Candidate]:
         if operands is None or not self.supports(problem):
             return []
+        # A new probe of this problem: plans bound to an earlier probe's operands are done.
+        key = problem.key_hash()
+        for stale in [p for p in self._plans.get(key, []) if p.operands is not operands]:
+            self._retire(key, stale)
         plan = self._plan(problem, operands)
         unique: dict[str, dict[str, Any]] = {}
         for p in plan.ranked:
@@ -124,13 +129,11 @@ class CublasLtProvider:
         return [Candidate(backend=self.backend, params=p) for p in ranked[:limit]]
 
     def _plan(self, problem: ProblemKey, operands: Any) -> _Plan:
-        # One plan per problem, bound to the very operand set it was planned on.
+        # One plan per problem and operand set, bound to the very operands it was planned on.
         key = problem.key_hash()
-        plan = self._plans.get(key)
-        if plan is not None and plan.operands is operands:
-            return plan
-        if plan is not None:
-            self._retire(key)
+        for plan in self._plans.get(key, []):
+            if plan.operands is operands:
+                return plan
         import torch
         from nvmath.linalg import ComputeType
         from nvmath.linalg.advanced import Matmul, MatmulPlanPreferences
@@ -155,7 +158,7 @@ class CublasLtProvider:
         except Exception as exc:
             raise CandidateError(f"cuBLASLt cannot plan {problem.canonical()}: {exc}") from exc
         plan = _Plan(mm, list(algorithms), operands)
-        self._plans[key] = plan
+        self._plans.setdefault(key, []).append(plan)
         return plan
 
     def prepare(
@@ -176,12 +179,15 @@ class CublasLtProvider:
             return mm.execute(algorithm=algorithm, stream=torch.cuda.current_stream())
 
         return Kernel(candidate=candidate, run=run, keepalive=[mm],
-                      close=lambda: self._retire(key))
+                      close=lambda: self._retire(key, plan))
 
-    def _retire(self, key: str) -> None:
-        plan = self._plans.pop(key, None)
-        if plan is None:
-            return
+    def _retire(self, key: str, plan: _Plan) -> None:
+        plans = self._plans.get(key, [])
+        if plan not in plans:
+            return  # another kernel of the same plan retired it already
+        plans.remove(plan)
+        if not plans:
+            del self._plans[key]
         mm = plan.matmul
         plan.operands = None
         try:

@@ -82,7 +82,7 @@ class ServiceMetrics:
 
     def render(self) -> bytes:
         """Return the text exposition of every metric, summed over the worker processes."""
-        if os.environ.get(MULTIPROC_ENV):
+        if MULTIPROC_ENV in os.environ:  # as prometheus_client decides
             registry = CollectorRegistry()
             multiprocess.MultiProcessCollector(registry)
             return generate_latest(registry)

@@ -113,3 +113,56 @@ def test_a_long_kernel_must_win_by_the_long_kernel_gain(tmp_path, default_us, tu
     assert (run.winner_id != VENDOR_DEFAULT.id) is tuned_wins, run.rationale
     assert ("had to win by 5%" in run.rationale) is not tuned_wins
     assert timer.reps == [10, 10]  # one launch count, from the fastest estimate
+
+
+def test_cold_cache_rotates_operand_copies_that_outgrow_the_l2(tmp_path):
+    settings = FAST.model_copy(update={"cold_cache": True, "cold_max_copies": 8})
+    launches = []
+
+    class Counting:
+        """The real CPU timer, noting how many launches each sampled kernel makes."""
+
+        name = "counting"
+
+        def __init__(self):
+            from agents.probe.timers import CpuTimer
+
+            self.inner = CpuTimer()
+
+        def estimate_us(self, kernels):
+            return self.inner.estimate_us(kernels)
+
+        def arm(self, kernel, reps, kernel_us=0.0):
+            launches.append(kernel.launches)
+            return self.inner.arm(kernel, reps, kernel_us)
+
+        def sample_rounds(self, armed, orders):
+            return self.inner.sample_rounds(armed, orders)
+
+    run = cpu_engine(tmp_path, settings=settings, timer=Counting()).probe(gemm())
+    assert all(m.valid for m in run.measurements), [m.error for m in run.measurements]
+    assert launches and set(launches) == {8}  # 1 MiB of L2 against ~20 kB of operands: capped
+    assert "8 operand copies in rotation" in run.rationale
+
+
+def test_cold_copies_hold_twice_the_l2():
+    from agents.ops.gemm import gemm_operands
+    from agents.probe.engine import cold_copies, operand_bytes
+
+    operands = gemm_operands(gemm(m=64, n=32, k=16), "cpu", seed=0)
+    assert operand_bytes(operands) == (64 * 16 + 16 * 32) * 4
+    assert cold_copies(1 << 20, l2_bytes=1 << 20, limit=32) == 3
+    assert cold_copies(4 << 20, l2_bytes=1 << 20, limit=32) == 2
+    assert cold_copies(1, l2_bytes=1 << 20, limit=32) == 32
+
+
+def test_a_rotating_kernel_runs_each_copy_once_and_closes_them_all():
+    from agents.providers.base import Kernel, rotating
+
+    ran, closed = [], []
+    kernels = [Kernel(candidate=VENDOR_DEFAULT, run=lambda i=i: ran.append(i) or i,
+                      close=lambda i=i: closed.append(i)) for i in range(3)]
+    kernel = rotating(kernels)
+    assert kernel.run() == 2 and ran == [0, 1, 2] and kernel.launches == 3
+    kernel.close()
+    assert closed == [0, 1, 2]

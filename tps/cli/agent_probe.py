@@ -108,7 +108,9 @@ def register(agent_app: typer.Typer) -> None:
         device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N")] = "auto",
         sm_limit: Annotated[int | None, typer.Option(help="green context of N SMs")] = None,
         op_config: Annotated[Path | None, typer.Option(help="op config YAML")] = None,
-        cold_cache: Annotated[bool, typer.Option(help="flush the L2 before each sample")] = False,
+        cold_cache: Annotated[
+            bool, typer.Option(help="time cold: rotate operand copies larger than the L2")
+        ] = False,
         as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     ) -> None:
         """Probe one problem: every candidate measured, the winner and its speedup."""
