@@ -11,8 +11,10 @@ import gzip
 import json
 import os
 import re
+import shutil
 import socket
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -40,11 +42,18 @@ MODEL_NAMES = ("llama3-8b", "mixtral-8x7b", "qwen2-72b")
 
 
 @pytest.fixture(scope="module")
-def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnedPostgres]:
-    pg = OwnedPostgres(tmp_path_factory.mktemp("owned-postgres"))
+def postgres() -> Iterator[OwnedPostgres]:
+    # Not under pytest's temp root: run as root, pgserver starts Postgres as its own system
+    # user, and any pytest session that starts meanwhile on the machine resets that root to
+    # mode 0700, which locks the server out of its data dir (PANIC, all connections cut).
+    root = Path(tempfile.mkdtemp(prefix="tps-owned-postgres-"))
+    pg = OwnedPostgres(root)
     pg.start()
-    yield pg
-    pg.stop()
+    try:
+        yield pg
+    finally:
+        pg.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture
