@@ -40,6 +40,10 @@ class OpKind(Protocol):
 
     def operands(self, problem: ProblemKey, device: Any, *, seed: int) -> Any: ...
 
+    def prepare_check(self, problem: ProblemKey, operands: Any) -> None:
+        """Start whatever `check` will need for these operands, while candidates compile."""
+        ...
+
     def check(self, problem: ProblemKey, operands: Any, output: Any) -> Check: ...
 
 

@@ -54,6 +54,9 @@ class Conv2dOp:
         return ConvOperands(problem, x, weight, args["stride"], args["padding"],
                             args["dilation"], args["groups"])
 
+    def prepare_check(self, problem: ProblemKey, operands: Any) -> None:
+        """Nothing to start: the reference is computed in `check`."""
+
     def check(self, problem: ProblemKey, operands: ConvOperands, output: Any) -> Check:
         """Compare the first images and output channels with a float64 conv on the CPU."""
         import torch.nn.functional as F

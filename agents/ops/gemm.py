@@ -116,9 +116,10 @@ class GemmOp:
         self._pool: ThreadPoolExecutor | None = None
 
     def operands(self, problem: ProblemKey, device: Any, *, seed: int) -> GemmOperands:
-        operands = gemm_operands(problem, device, seed=seed)
+        return gemm_operands(problem, device, seed=seed)
+
+    def prepare_check(self, problem: ProblemKey, operands: GemmOperands) -> None:
         self._start_reference(problem, operands)
-        return operands
 
     def check(self, problem: ProblemKey, operands: GemmOperands, output: Any) -> Check:
         """Compare corner blocks of C with float64 products computed on the CPU."""

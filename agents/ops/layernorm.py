@@ -41,6 +41,9 @@ class LayerNormOp:
 
         return LayerNormOperands(problem, draw(rows, cols) * 3, draw(cols, low=0.5), draw(cols))
 
+    def prepare_check(self, problem: ProblemKey, operands: Any) -> None:
+        """Nothing to start: the reference is computed in `check`."""
+
     def check(self, problem: ProblemKey, operands: LayerNormOperands, output: Any) -> Check:
         import torch
         import torch.nn.functional as F

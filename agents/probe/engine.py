@@ -152,6 +152,8 @@ class ProbeEngine:
 
         start = self.clock.now_ns()
         operands = op.operands(problem, self.device.torch_device, seed=self.settings.seed)
+        if self.settings.validate_outputs:
+            op.prepare_check(problem, operands)
         self.device.synchronize()
         times.operands_ms = elapsed_ms(self.clock, start)
 
