@@ -254,7 +254,7 @@ class LatencyModel:
         keys = {"hw_key": hw_key, "problem_hash": problem.key_hash(), "candidate_id": ids}
         if not candidates:
             return pd.DataFrame(keys).assign(score=[], predicted_us=[], ranker_score=[])
-        X, references = self._prediction_features(hardware, problem, candidates)
+        X, references = self._prediction_features(hardware, problem, candidates, ids)
         ranker_score = np.asarray(self.ranker_.predict(X, num_threads=PREDICT_THREADS))
         log_us = np.asarray(self.regressor_.predict(X, num_threads=PREDICT_THREADS))
         return pd.DataFrame(
@@ -268,7 +268,11 @@ class LatencyModel:
         )
 
     def _prediction_features(
-        self, hardware: HardwareSpec, problem: ProblemKey, candidates: list[Candidate]
+        self,
+        hardware: HardwareSpec,
+        problem: ProblemKey,
+        candidates: list[Candidate],
+        ids: list[str] | None = None,
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Return the feature matrix of the candidates on (hardware, problem), and the
         reference features in it by name.
@@ -277,7 +281,8 @@ class LatencyModel:
         any other list goes through `_features`, which gives the same numbers, slower.
         """
         block = self._candidate_block()
-        ids = [c.id for c in candidates]
+        if ids is None:
+            ids = [c.id for c in candidates]
         rows = block.positions(ids)
         if rows is None:
             features = self._training_path_features(hardware, problem, candidates)

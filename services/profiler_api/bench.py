@@ -9,7 +9,6 @@ idempotency, aggregates, all or nothing per batch.
 from __future__ import annotations
 
 import gzip as gzip_module
-import logging
 import os
 import platform
 import queue
@@ -30,7 +29,7 @@ from services.profiler_api.auth.service import Role, create_token
 from services.profiler_api.db import libpq_url, make_engine, scratch_database
 from services.profiler_api.ingest import repository
 from services.profiler_api.ingest.plan import IngestPlan
-from services.profiler_api.runner import running_service
+from services.profiler_api.runner import quiet_client_logs, running_service
 from services.profiler_api.settings import Settings
 from services.profiler_api.synthetic import FleetSimulator
 from tps.schemas import ProbeRun, ProbeRunBatch
@@ -130,8 +129,7 @@ def run_ingest_bench(
         if log is not None:
             log.print(message)
 
-    for noisy in ("httpx", "alembic"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    quiet_client_logs()
     say(f"generating {config.runs} probe runs")
     runs = list(FleetSimulator(seed=config.seed).runs(config.runs))
     measurements = sum(len(run.measurements) for run in runs)

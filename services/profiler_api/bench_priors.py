@@ -10,7 +10,6 @@ the same endpoint for GPUs that measured the problem: what a request costs witho
 
 from __future__ import annotations
 
-import logging
 import os
 import platform
 import time
@@ -27,7 +26,7 @@ from sqlalchemy.orm import Session
 from services.profiler_api import migrate
 from services.profiler_api.auth.service import Role, create_token
 from services.profiler_api.db import make_engine, scratch_database
-from services.profiler_api.runner import running_service
+from services.profiler_api.runner import quiet_client_logs, running_service
 from services.profiler_api.settings import Settings
 from services.profiler_api.training.kernel_tuner import find_dataset, load_split, push_runs, retrain
 from tps.errors import TPSError
@@ -83,8 +82,7 @@ def run_priors_bench(
         if log is not None:
             log.print(message)
 
-    for noisy in ("httpx", "alembic"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    quiet_client_logs()
     path = find_dataset()
     if path is None:
         raise TPSError("no Kernel Tuner data: set TPS_KERNEL_TUNER_DATA")

@@ -7,7 +7,6 @@ Each step takes the shared DemoContext and adds to it. Add a step with `add_demo
 from __future__ import annotations
 
 import gzip
-import logging
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ from models.sources import read_probe_runs_jsonl
 from services.profiler_api import migrate
 from services.profiler_api.auth.service import Role, create_token
 from services.profiler_api.db import make_engine, resolve_database_url
-from services.profiler_api.runner import running_service
+from services.profiler_api.runner import quiet_client_logs, running_service
 from services.profiler_api.settings import Settings
 from tps.schemas import Prior, ProbeRun, ProbeRunBatch
 
@@ -161,8 +160,7 @@ def run_demo(
     steps: list[tuple[str, DemoStep]] | None = None,
 ) -> DemoContext:
     """Run the demo's steps in order; the service stops when they are done."""
-    for noisy in ("httpx", "alembic", "pgserver"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    quiet_client_logs()
     steps = DEMO_STEPS if steps is None else steps
     with ExitStack() as stack:
         ctx = DemoContext(console=console, stack=stack, settings=settings or Settings())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
@@ -20,6 +21,14 @@ from services.profiler_api.metrics import MULTIPROC_ENV, multiprocess_env
 from tps.errors import TPSError
 
 APP_FACTORY = "services.profiler_api.app:create_app"
+# Clients that log every request, migration step or server start at INFO.
+CHATTY_LOGGERS = ("httpx", "alembic", "pgserver")
+
+
+def quiet_client_logs() -> None:
+    """Keep the clients' INFO lines out of the output of a demo or benchmark run."""
+    for name in CHATTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 class ServiceStartError(TPSError):
