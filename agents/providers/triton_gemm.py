@@ -16,6 +16,7 @@ from tps.problem import DTYPE_BYTES, ProblemKey
 
 DTYPES = frozenset({"bf16", "fp16", "fp32", "tf32"})
 MAX_LAYERNORM_COLS = 32768  # one row per program, held in registers
+MAX_GEMV_ROWS = 16  # the GEMV kernel's sums live in registers, BLOCK_M x BLOCK_N per program
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages, SPLIT_K), best first per M
 # range, from a sweep of 30 configurations per shape on the H200
@@ -30,6 +31,11 @@ CONFIGS: dict[str, list[tuple[int, int, int, int, int, int, int]]] = {
     "large": [(256, 128, 64, 8, 8, 3, 1), (128, 128, 64, 8, 8, 4, 1),
               (128, 256, 64, 8, 8, 3, 1)],
 }
+# The GEMV kernel for single-row products (decode). In the sweep of the suite's products of
+# at most 8 rows (benchmarks/gemm_h200_gemv.py) this configuration was the GEMV's best on 9
+# of the 11 single-row shapes and beat cuBLAS on 1x4096x4096 (1.07x); with more rows the
+# CUDA cores cannot keep up with the memory and it lost 2-6x, so only M = 1 is offered it.
+GEMV_PARAMS = {"kernel": "gemv", "BLOCK_N": 8, "BLOCK_K": 1024, "num_warps": 4}
 # How many of them to offer. In that sweep Triton came within 5% of cuBLAS only for
 # M <= 64, and lost 18-37% above it: slots it cannot use go to the other providers.
 OFFERED = {"skinny": 3, "small": 2, "large": 1}
@@ -112,8 +118,11 @@ class TritonGemmProvider:
         )
         fits = [(c, split) for c, split in fitted
                 if smem_bytes(c, problem.dtype) <= limit_bytes]
-        return [Candidate(backend=self.backend, params=as_params(c, split))
-                for c, split in fits[: min(limit, OFFERED[kind])]]
+        offered = [Candidate(backend=self.backend, params=as_params(c, split))
+                   for c, split in fits[: min(limit, OFFERED[kind])]]
+        if problem.dims["m"] == 1 and unbatched and len(offered) < limit:
+            offered.append(Candidate(backend=self.backend, params=GEMV_PARAMS))
+        return offered
 
     def prepare(
         self, candidate: Candidate, problem: ProblemKey, operands: Any, device: Device
@@ -128,6 +137,8 @@ class TritonGemmProvider:
         if problem.dtype not in DTYPES:
             raise CandidateError(f"the Triton GEMM does not take {problem.dtype}")
         p = candidate.params
+        if p.get("kernel") == "gemv":
+            return self._prepare_gemv(candidate, problem, operands)
         a, b = operands.a, operands.b
         m, n, k = problem.dims["m"], problem.dims["n"], problem.dims["k"]
         batch = problem.batch
@@ -164,6 +175,47 @@ class TritonGemmProvider:
             if split > 1:
                 splitk_reduce_kernel[reduce_grid](
                     target, c3, m, n, c3.stride(1), c3.stride(2),
+                    SPLIT_K=split, BLOCK=reduce_block, num_warps=4,
+                )
+            return out
+
+        return Kernel(candidate=candidate, run=run, poison=lambda: out.fill_(float("nan")))
+
+    def _prepare_gemv(self, candidate: Candidate, problem: ProblemKey, operands: Any) -> Kernel:
+        import torch
+        import triton
+
+        from agents.providers.triton_kernels import gemv_kernel, splitk_reduce_kernel
+
+        p = candidate.params
+        m, n, k = problem.dims["m"], problem.dims["n"], problem.dims["k"]
+        if problem.batch > 1 or m > MAX_GEMV_ROWS:
+            raise CandidateError(
+                f"the GEMV kernel takes unbatched products of at most {MAX_GEMV_ROWS} rows"
+            )
+        a, b = operands.a, operands.b
+        out = operands.out
+        if out is None:
+            out = torch.empty((m, n), dtype=a.dtype, device=a.device)
+        split = int(p.get("SPLIT_K", 1))
+        block_m = triton.next_power_of_2(m)
+        target = torch.empty((split, m, n), dtype=torch.float32, device=a.device) \
+            if split > 1 else out
+        cs, cm, cn = (m * n, n, 1) if split > 1 else (0, out.stride(0), out.stride(1))
+        grid = (triton.cdiv(n, p["BLOCK_N"]), split)
+        reduce_block = 1024
+        reduce_grid = (triton.cdiv(m * n, reduce_block),)
+
+        def run() -> Any:
+            gemv_kernel[grid](
+                a, b, target, m, n, k,
+                a.stride(0), a.stride(1), b.stride(0), b.stride(1), cs, cm, cn,
+                BLOCK_M=block_m, BLOCK_N=p["BLOCK_N"], BLOCK_K=p["BLOCK_K"], SPLIT_K=split,
+                num_warps=p["num_warps"],
+            )
+            if split > 1:
+                splitk_reduce_kernel[reduce_grid](
+                    target, out, m, n, out.stride(0), out.stride(1),
                     SPLIT_K=split, BLOCK=reduce_block, num_warps=4,
                 )
             return out

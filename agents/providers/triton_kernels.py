@@ -83,3 +83,41 @@ def layernorm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, stride_x, stride_y, N, eps,
     b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     y = xc * rstd * w + b
     tl.store(y_ptr + row * stride_y + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def gemv_kernel(
+    a_ptr, b_ptr, c_ptr, M, N, K,
+    stride_am, stride_ak, stride_bk, stride_bn,
+    stride_cs, stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    SPLIT_K: tl.constexpr = 1,
+):
+    """C = A @ B for a few rows of A, on the CUDA cores rather than the tensor cores.
+
+    A product of a handful of rows is bound by reading B once; each program streams a
+    [BLOCK_N, BLOCK_K] slab of B per step (contiguous along K when B is stored [N, K], as in
+    nn.Linear) and keeps BLOCK_M x BLOCK_N fp32 sums. With SPLIT_K > 1, program (.., s)
+    writes the partial of K slice s to c_ptr[s], for `splitk_reduce_kernel` to sum.
+    """
+    pid_n = tl.program_id(0)
+    split = tl.program_id(1)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    cols = offs_n % N  # wrapped columns are loaded but never stored
+    k_blocks = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K)
+    k_first = split * k_blocks * BLOCK_K
+    row_ok = offs_m < M
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for i in range(0, k_blocks):
+        kk = k_first + i * BLOCK_K + offs_k
+        k_ok = kk < K
+        b = tl.load(b_ptr + cols[:, None] * stride_bn + kk[None, :] * stride_bk,
+                    mask=k_ok[None, :], other=0.0).to(tl.float32)
+        a = tl.load(a_ptr + offs_m[:, None] * stride_am + kk[None, :] * stride_ak,
+                    mask=row_ok[:, None] & k_ok[None, :], other=0.0).to(tl.float32)
+        acc += tl.sum(a[:, None, :] * b[None, :, :], axis=2)
+    c_ptrs = c_ptr + split * stride_cs + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty),
+             mask=row_ok[:, None] & (offs_n[None, :] < N))

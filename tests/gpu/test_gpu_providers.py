@@ -81,6 +81,25 @@ def test_triton_split_k_sums_its_slices_exactly_once(shape, split):
     assert check.ok, f"{c.label()}: {check.reason()}"
 
 
+@pytest.mark.parametrize("split", [1, 4])
+@pytest.mark.parametrize("shape", [(1, 4096, 4096), (1, 1000, 3001), (5, 130, 257), (16, 64, 999)])
+def test_triton_gemv_is_correct_and_idempotent(shape, split):
+    from agents.providers.triton_gemm import GEMV_PARAMS
+    from tps.candidate import Candidate
+
+    problem = linear(*shape)
+    device = open_device("cuda")
+    provider = builtin.create("triton", settings=ProbeSettings())
+    operands = gemm_operands(problem, device.torch_device, seed=3)
+    params = {**GEMV_PARAMS, **({"SPLIT_K": split} if split > 1 else {})}
+    kernel = provider.prepare(Candidate(backend="triton", params=params), problem, operands, device)
+    kernel.poison()
+    for _ in range(2):
+        out = kernel.run()
+    check = GemmOp().check(problem, operands, out)
+    assert check.ok, f"{params}: {check.reason()}"
+
+
 def test_triton_handles_all_transposes_and_batches():
     for ta in (False, True):
         for tb in (False, True):
