@@ -15,7 +15,7 @@ from agents.clock import Clock, SystemClock, elapsed_ms
 from agents.opconfig import OpConfig
 from agents.ops import OP_KINDS, OpKind
 from agents.probe.device import Device
-from agents.probe.sampling import collect, rotated, shared_reps
+from agents.probe.sampling import collect, interleaved, shared_reps
 from agents.probe.settings import ProbeSettings
 from agents.probe.stats import summarize
 from agents.probe.timers import Armed, Timer
@@ -328,7 +328,7 @@ class ProbeEngine:
             return None
         start = self.clock.now_ns()
         rows = self.timer.sample_rounds(
-            [default.armed, best.armed], [rotated([0, 1], r) for r in range(rounds)]
+            [default.armed, best.armed], [interleaved([0, 1], r) for r in range(rounds)]
         )
         times.confirm_ms = elapsed_ms(self.clock, start)
         d = [row[0] for row in rows]

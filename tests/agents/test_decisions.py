@@ -1,7 +1,11 @@
 """Statistics and decision rules, on numbers chosen to make each rule bite."""
 
+from collections import Counter
+
+import pytest
+
 from agents.probe.engine import _Slot, choose_winner, pick_shortlist
-from agents.probe.sampling import SamplingPolicy, collect, planned_samples, rotated
+from agents.probe.sampling import SamplingPolicy, collect, interleaved, planned_samples
 from agents.probe.stats import reject_outliers, summarize
 from agents.probe.timers import Armed
 from agents.providers.base import Kernel
@@ -59,8 +63,24 @@ def test_sample_count_shrinks_to_fit_the_budget_but_never_below_the_minimum():
     assert planned_samples(policy, 1e6) == 5
 
 
-def test_round_robin_starts_at_a_different_candidate_each_round():
-    assert [rotated([0, 1, 2], r)[0] for r in range(3)] == [0, 1, 2]
+@pytest.mark.parametrize("n", range(1, 10))
+def test_round_robin_balances_positions_and_neighbours(n):
+    cycle = n if n % 2 == 0 else 2 * n
+    rows = [interleaved(list(range(10, 10 + n)), r) for r in range(cycle)]
+    assert all(sorted(row) == list(range(10, 10 + n)) for row in rows)
+    for position in range(n):  # every candidate in every position equally often
+        assert Counter(row[position] for row in rows) == {c: cycle // n for c in range(10, 10 + n)}
+    pairs = Counter((a, b) for row in rows for a, b in zip(row, row[1:], strict=False))
+    # every candidate follows every other one equally often (n - 1 pairs per row)
+    assert len(pairs) == n * (n - 1) and len(set(pairs.values())) <= 1
+
+
+def test_a_rotation_would_fail_the_neighbour_balance():
+    rows = [interleaved([0, 1, 2, 3], r) for r in range(4)]
+    rotation = [[(k + r) % 4 for k in range(4)] for r in range(4)]
+    assert rows != rotation
+    assert Counter((a, b) for row in rotation for a, b in zip(row, row[1:], strict=False))[
+        (0, 1)] == 3
 
 
 def _slots(*backends):
