@@ -24,14 +24,22 @@ SOURCES = ("model", "nearest", "consensus")
 @dataclass(frozen=True)
 class BlendPolicy:
     """Lead with the nearest device's ranking when its spec distance is at most
-    `near_distance`, else with the model's; interleave the rest round-robin."""
+    `near_distance` and it measured at least `min_coverage` of the candidates being ranked,
+    else with the model's; interleave the rest round-robin.
+
+    Coverage matters where candidate lists differ per device (cuBLASLt's heuristic offers
+    other algorithms at another SM count): a copied ranking puts every candidate its device
+    never ran last, and the winner is often among them.
+    """
 
     near_distance: float = 2.0
+    min_coverage: float = 0.9
     interleave: bool = True
 
-    def source_order(self, distance: float | None) -> tuple[str, ...]:
+    def source_order(self, distance: float | None, coverage: float = 1.0) -> tuple[str, ...]:
         if distance is not None and distance <= self.near_distance:
-            return ("nearest", "model", "consensus")
+            if coverage >= self.min_coverage:
+                return ("nearest", "model", "consensus")
         return ("model", "nearest", "consensus")
 
 
@@ -80,6 +88,7 @@ class SourceRankings:
     orders: dict[str, np.ndarray]
     nearest_key: str | None
     nearest_distance: float | None
+    nearest_coverage: float = 0.0  # the share of the candidates the nearest device measured
 
 
 def source_rankings(
@@ -96,10 +105,12 @@ def source_rankings(
         reference.nearest_hardware(hardware, ref_problem, exclude=own) if ref_problem else None
     )
     orders = {"model": order_by(frame["score"].to_numpy(), ascending=False)}
+    coverage = 0.0
     if nearest is not None and ref_problem is not None:
         times = reference.measured_us(nearest[0], ref_problem, frame["candidate_id"].tolist())
         assert times is not None  # nearest_hardware only names devices that measured it
         orders["nearest"] = order_by(times, ascending=True)
+        coverage = reference.coverage(nearest[0], ref_problem, frame["candidate_id"].tolist())
     consensus = frame["ref_vendor"] if "ref_vendor" in frame else None
     if consensus is None or consensus.isna().all():
         consensus = frame["ref_mean"] if "ref_mean" in frame else None
@@ -110,6 +121,7 @@ def source_rankings(
         orders=orders,
         nearest_key=nearest[0] if nearest else None,
         nearest_distance=nearest[1] if nearest else None,
+        nearest_coverage=coverage,
     )
 
 
@@ -117,7 +129,8 @@ def blended_order(
     rankings: SourceRankings, policy: BlendPolicy = DEFAULT_POLICY, *, limit: int | None = None
 ) -> tuple[np.ndarray, list[str]]:
     """Return the policy's order (its first `limit` entries) and the source of each."""
-    names = [s for s in policy.source_order(rankings.nearest_distance) if s in rankings.orders]
+    lead = policy.source_order(rankings.nearest_distance, rankings.nearest_coverage)
+    names = [s for s in lead if s in rankings.orders]
     if not policy.interleave:
         names = names[:1]
     order, source = interleave([rankings.orders[s] for s in names], limit)

@@ -140,6 +140,13 @@ class Reference:
             return None
         return self._table(self.median_us, [(hw_key, problem_hash)], pd.Index(candidate_ids))[0]
 
+    def coverage(self, hw_key: str, problem_hash: str, candidate_ids: list[str]) -> float:
+        """Return the share of `candidate_ids` run on (hw_key, problem_hash), failed ones too."""
+        if (hw_key, problem_hash) not in self._rows or not candidate_ids:
+            return 0.0
+        rel = self._table(self.log_rel, [(hw_key, problem_hash)], pd.Index(candidate_ids))[0]
+        return float(np.isfinite(rel).mean())
+
     def nearest_hardware(
         self, hardware: HardwareSpec, problem_hash: str, *, exclude: str | None = None
     ) -> tuple[str, float] | None:

@@ -2,7 +2,9 @@ import pytest
 
 from models.dataset import TuningData
 from models.evaluation import EvaluationError, evaluate_holdout, match_hardware
-from tests.models.conftest import FAST_MODEL
+from models.policy import BlendPolicy
+from tests.models.conftest import FAST_MODEL, subsample
+from tps.schemas import ProbeRun
 
 SOURCES = ("model", "baseline_nearest", "baseline_random", "policy")
 METRICS = ("score_at_1", "score_at_5", "regret_at_1", "probes_to_3pct", "spearman", "median_ape")
@@ -24,6 +26,30 @@ def test_holdout_report_has_the_promised_shape(convolution_data: TuningData) -> 
     # A6000's nearest by spec is the A4000, whose ranking is close: it must beat random.
     assert report["baseline_nearest"]["score_at_5"] > report["baseline_random"]["score_at_5"]
     assert report["policy"]["lead_sources"] == ["nearest"]
+
+
+def test_a_nearest_device_that_ran_few_of_the_candidates_does_not_lead(
+    convolution_runs: list[ProbeRun],
+) -> None:
+    # The A4000, the A6000's nearest, keeps 80% of the candidates: its copied ranking would
+    # put the other 20% last, so the model leads the A6000's priors.
+    ids = sorted({m.candidate.id for m in convolution_runs[0].measurements})
+    keep = set(ids[: int(0.8 * len(ids))])
+    runs = [
+        subsample(run, keep) if "A4000" in run.hardware.name else run for run in convolution_runs
+    ]
+    report = evaluate_holdout(
+        TuningData.from_runs(runs), "NVIDIA RTX A6000", op="convolution", model_params=FAST_MODEL
+    )
+    assert report["policy"]["lead_sources"] == ["model"]
+
+
+def test_policy_leads_with_nearest_only_when_close_and_covering() -> None:
+    policy = BlendPolicy(near_distance=2.0, min_coverage=0.9)
+    assert policy.source_order(1.5, 1.0)[0] == "nearest"
+    assert policy.source_order(1.5, 0.85)[0] == "model"
+    assert policy.source_order(2.5, 1.0)[0] == "model"
+    assert policy.source_order(None)[0] == "model"
 
 
 def test_holdout_names_resolve_through_the_catalog(convolution_data: TuningData) -> None:
