@@ -22,6 +22,8 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy tps services agents models migrations
 	$(BIN)/lint-imports
 
 test: lint

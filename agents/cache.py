@@ -127,11 +127,14 @@ class ProbeCache:
         target = path or self.path
         if target is None:
             raise CacheError("the cache has no path to save to")
-        write_json_atomic(Path(target), {
-            "version": 1,
-            "capacity": self.capacity,
-            "entries": [e.model_dump(mode="json") for e in self._entries.values()],
-        })
+        write_json_atomic(
+            Path(target),
+            {
+                "version": 1,
+                "capacity": self.capacity,
+                "entries": [e.model_dump(mode="json") for e in self._entries.values()],
+            },
+        )
 
     @classmethod
     def load(cls, path: str | Path, capacity: int | None = None) -> ProbeCache:
@@ -194,14 +197,16 @@ class ProbeCache:
                 continue  # ops other than GEMM, or dtypes TPS does not model
             backend = solution_backend(r.solution)
             params = {} if backend == "vendor-default" else {"solution": r.solution}
-            self._insert(CacheEntry(
-                problem=problem,
-                hardware_fingerprint=hardware.fingerprint() if hardware else IMPORTED,
-                software_key=hardware.software_key() if hardware else "",
-                winner=Candidate(backend=backend, params=params),
-                median_us=r.time_ms * 1000 if r.time_ms else None,
-                source="tunableop",
-                torch_version=data.validators.get("PT_VERSION"),
-            ))
+            self._insert(
+                CacheEntry(
+                    problem=problem,
+                    hardware_fingerprint=hardware.fingerprint() if hardware else IMPORTED,
+                    software_key=hardware.software_key() if hardware else "",
+                    winner=Candidate(backend=backend, params=params),
+                    median_us=r.time_ms * 1000 if r.time_ms else None,
+                    source="tunableop",
+                    torch_version=data.validators.get("PT_VERSION"),
+                )
+            )
             added += 1
         return added

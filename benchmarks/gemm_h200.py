@@ -45,15 +45,24 @@ VERIFY = SamplingPolicy(samples=30, min_samples=10, budget_us=200_000.0)
 def read_suite(path: Path) -> list[dict]:
     with path.open() as fh:
         return [
-            {"name": r["name"], "m": int(r["m"]), "n": int(r["n"]), "k": int(r["k"]),
-             "trans_b": r.get("trans_b", "1") == "1"}
+            {
+                "name": r["name"],
+                "m": int(r["m"]),
+                "n": int(r["n"]),
+                "k": int(r["k"]),
+                "trans_b": r.get("trans_b", "1") == "1",
+            }
             for r in csv.DictReader(fh)
         ]
 
 
 def problem_of(row: dict, dtype: str) -> ProblemKey:
-    return ProblemKey(op="gemm", dtype=dtype, dims={"m": row["m"], "n": row["n"], "k": row["k"]},
-                      trans_b=row["trans_b"])
+    return ProblemKey(
+        op="gemm",
+        dtype=dtype,
+        dims={"m": row["m"], "n": row["n"], "k": row["k"]},
+        trans_b=row["trans_b"],
+    )
 
 
 def geomean(values: list[float]) -> float | None:
@@ -65,10 +74,13 @@ def time_side_by_side(engine: ProbeEngine, kernels: list[Kernel]) -> list[float]
     """Median µs per launch of each kernel, interleaved, from graph replay."""
     timer = engine.timer
     estimates = timer.estimate_us(kernels)
-    reps = shared_reps(estimates, target_us=engine.settings.target_sample_us,
-                       max_reps=engine.settings.max_reps)
-    armed = [timer.arm(kernel, reps, kernel_us=est)
-             for kernel, est in zip(kernels, estimates, strict=True)]
+    reps = shared_reps(
+        estimates, target_us=engine.settings.target_sample_us, max_reps=engine.settings.max_reps
+    )
+    armed = [
+        timer.arm(kernel, reps, kernel_us=est)
+        for kernel, est in zip(kernels, estimates, strict=True)
+    ]
     sampled = collect(timer, armed, VERIFY)
     return [sampled.summary(i).median_us for i in range(len(kernels))]
 
@@ -80,8 +92,11 @@ def default_kernel(engine: ProbeEngine, problem: ProblemKey, operands) -> Kernel
 
 
 def versions() -> dict:
-    out = {"torch": torch.__version__, "cuda": torch.version.cuda,
-           "python": platform.python_version()}
+    out = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+    }
     for name in ("triton", "nvmath"):
         try:
             out[name] = __import__(name).__version__
@@ -100,11 +115,14 @@ def probe_and_retime(engine: ProbeEngine, problem: ProblemKey, runs_out) -> dict
     winner = by_id[run.winner_id] if run.winner_id else None
     default = run.measurements[0]  # the engine always puts the vendor default first
     entry = {
-        "probe_ms": run.budget_ms, "compile_ms": run.compile_ms,
-        "wall_ms": wall_ms, "candidates": len(run.measurements),
+        "probe_ms": run.budget_ms,
+        "compile_ms": run.compile_ms,
+        "wall_ms": wall_ms,
+        "candidates": len(run.measurements),
         "invalid": sum(not m.valid for m in run.measurements),
-        "errors": [f"{m.candidate.label()}: {m.error}"[:200]
-                   for m in run.measurements if not m.valid],
+        "errors": [
+            f"{m.candidate.label()}: {m.error}"[:200] for m in run.measurements if not m.valid
+        ],
         "winner_backend": winner.candidate.backend if winner else None,
         "winner_params": winner.candidate.params if winner else None,
         "winner": winner.candidate.label() if winner else None,
@@ -127,13 +145,19 @@ def probe_suite(engine: ProbeEngine, rows: list[dict], dtype: str, runs_out, log
     results = []
     for row in rows:
         problem = problem_of(row, dtype)
-        entry = {**row, "dtype": dtype, "flops": problem.flops,
-                 **probe_and_retime(engine, problem, runs_out)}
+        entry = {
+            **row,
+            "dtype": dtype,
+            "flops": problem.flops,
+            **probe_and_retime(engine, problem, runs_out),
+        }
         results.append(entry)
-        log(f"{row['name']:>22} {row['m']}x{row['n']}x{row['k']}: default "
+        log(
+            f"{row['name']:>22} {row['m']}x{row['n']}x{row['k']}: default "
             f"{entry['default_us']:.1f} us, chosen {entry['chosen_us']:.1f} us "
             f"({entry.get('speedup', 0):.3f}x, {entry['winner_backend']}), probe "
-            f"{entry['probe_ms']:.1f} ms, compile {entry['compile_ms']:.0f} ms")
+            f"{entry['probe_ms']:.1f} ms, compile {entry['compile_ms']:.0f} ms"
+        )
     return results
 
 
@@ -157,20 +181,26 @@ def tunableop_side(engine: ProbeEngine, rows: list[dict], out_dir: Path, log) ->
         torch.cuda.synchronize()
         tuning_ms = (time.perf_counter() - t0) * 1000
         tunable.tuning_enable(False)
-        tuned = Kernel(candidate=Candidate(backend="tunableop"),
-                       run=lambda ops=ops: torch.matmul(ops.a, ops.b))
+        tuned = Kernel(
+            candidate=Candidate(backend="tunableop"), run=lambda ops=ops: torch.matmul(ops.a, ops.b)
+        )
         tuned_us, default_us = time_side_by_side(engine, [tuned, default])
         tunable.enable(False)
         per_shape[row["name"] + f"@{row['m']}x{row['n']}x{row['k']}"] = {
-            "tuning_ms": tuning_ms, "tunableop_us": tuned_us, "default_us": default_us,
+            "tuning_ms": tuning_ms,
+            "tunableop_us": tuned_us,
+            "default_us": default_us,
             "speedup": default_us / tuned_us,
         }
     results = list(tunable.get_results())
     solutions = sorted({str(r[2]) for r in results})
     log(f"TunableOp solutions seen: {solutions}")
-    return {"shapes": per_shape, "solutions": solutions,
-            "geomean_speedup": geomean([v["speedup"] for v in per_shape.values()]),
-            "median_tuning_ms": statistics.median(v["tuning_ms"] for v in per_shape.values())}
+    return {
+        "shapes": per_shape,
+        "solutions": solutions,
+        "geomean_speedup": geomean([v["speedup"] for v in per_shape.values()]),
+        "median_tuning_ms": statistics.median(v["tuning_ms"] for v in per_shape.values()),
+    }
 
 
 def autotune_side(engine: ProbeEngine, rows: list[dict], log) -> dict:
@@ -182,23 +212,31 @@ def autotune_side(engine: ProbeEngine, rows: list[dict], log) -> dict:
         problem = problem_of(row, "bf16")
         ops = gemm_operands(problem, "cuda", seed=0)
         torch._dynamo.reset()
-        fn = torch.compile(lambda a, b: torch.mm(a, b), mode="max-autotune-no-cudagraphs",
-                           dynamic=False)
+        fn = torch.compile(
+            lambda a, b: torch.mm(a, b), mode="max-autotune-no-cudagraphs", dynamic=False
+        )
         t0 = time.perf_counter()
         fn(ops.a, ops.b)
         torch.cuda.synchronize()
         tuning_s = time.perf_counter() - t0
-        compiled = Kernel(candidate=Candidate(backend="max-autotune"),
-                          run=lambda ops=ops, fn=fn: fn(ops.a, ops.b))
+        compiled = Kernel(
+            candidate=Candidate(backend="max-autotune"), run=lambda ops=ops, fn=fn: fn(ops.a, ops.b)
+        )
         default = default_kernel(engine, problem, ops)
         auto_us, default_us = time_side_by_side(engine, [compiled, default])
         key = row["name"] + f"@{row['m']}x{row['n']}x{row['k']}"
-        per_shape[key] = {"tuning_s": tuning_s, "autotune_us": auto_us,
-                          "default_us": default_us, "speedup": default_us / auto_us}
+        per_shape[key] = {
+            "tuning_s": tuning_s,
+            "autotune_us": auto_us,
+            "default_us": default_us,
+            "speedup": default_us / auto_us,
+        }
         log(f"max-autotune {key}: {default_us / auto_us:.3f}x, tuning {tuning_s:.1f} s")
-    return {"shapes": per_shape,
-            "geomean_speedup": geomean([v["speedup"] for v in per_shape.values()]),
-            "mean_tuning_s": statistics.fmean(v["tuning_s"] for v in per_shape.values())}
+    return {
+        "shapes": per_shape,
+        "geomean_speedup": geomean([v["speedup"] for v in per_shape.values()]),
+        "mean_tuning_s": statistics.fmean(v["tuning_s"] for v in per_shape.values()),
+    }
 
 
 def autotune_sample(rows: list[dict], count: int) -> list[dict]:
@@ -211,8 +249,9 @@ def autotune_sample(rows: list[dict], count: int) -> list[dict]:
 
 def measure_peak(engine: ProbeEngine) -> float:
     """The best bf16 TFLOP/s any candidate reached on 8192^3 (the ceiling for % of peak)."""
-    run = engine.probe(ProblemKey(op="gemm", dtype="bf16",
-                                  dims={"m": 8192, "n": 8192, "k": 8192}, trans_b=True))
+    run = engine.probe(
+        ProblemKey(op="gemm", dtype="bf16", dims={"m": 8192, "n": 8192, "k": 8192}, trans_b=True)
+    )
     best = min(m.median_us for m in run.measurements if m.valid and m.median_us)
     return 2 * 8192**3 / (best * 1e-6) / 1e12
 
@@ -229,8 +268,13 @@ def cmd_main(args) -> None:
 
     t_start = time.perf_counter()
     rows = read_suite(Path(args.suite))[: args.limit or None]
-    engine = build_engine(device="cuda", host_id=HOST_ID, measure_bandwidth=True,
-                          bans_path=Path(args.bans), settings=ProbeSettings())
+    engine = build_engine(
+        device="cuda",
+        host_id=HOST_ID,
+        measure_bandwidth=True,
+        bans_path=Path(args.bans),
+        settings=ProbeSettings(),
+    )
     spec = engine.hardware()
     log(f"hardware: {spec.model_dump_json()}")
     peak = measure_peak(engine)
@@ -300,25 +344,34 @@ def write_report(out, args, spec, peak, shapes, tunable, auto, sample, t_start, 
     }
     (out / "gemm_h200_bf16.json").write_text(json.dumps(report, indent=1))
     if log is not None:
-        log(json.dumps({k: v for k, v in report.items() if k not in ("shapes", "hardware")},
-                       indent=1))
+        log(
+            json.dumps(
+                {k: v for k, v in report.items() if k not in ("shapes", "hardware")}, indent=1
+            )
+        )
 
 
 def cmd_dataset(args) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = read_suite(Path(args.suite))[: args.limit or None]
-    engine = build_engine(device="cuda", host_id=HOST_ID, sm_limit=args.sm_limit,
-                          bans_path=Path(args.bans))
+    engine = build_engine(
+        device="cuda", host_id=HOST_ID, sm_limit=args.sm_limit, bans_path=Path(args.bans)
+    )
     t0 = time.perf_counter()
     # Plain lines, flushed one by one: a run stopped at its time limit keeps what it did.
     with (out / f"runs_{args.tag}.jsonl").open("w", buffering=1) as runs_out:
         shapes = probe_suite(engine, rows, args.dtype, runs_out, print)
-    summary = {"tag": args.tag, "dtype": args.dtype, "sm_limit": args.sm_limit,
-               "shapes": len(shapes), "wall_s": time.perf_counter() - t0,
-               "geomean_speedup": geomean([s.get("speedup") for s in shapes]),
-               "min_speedup": min(s.get("speedup") or 1 for s in shapes),
-               "median_probe_ms": statistics.median(s["probe_ms"] for s in shapes)}
+    summary = {
+        "tag": args.tag,
+        "dtype": args.dtype,
+        "sm_limit": args.sm_limit,
+        "shapes": len(shapes),
+        "wall_s": time.perf_counter() - t0,
+        "geomean_speedup": geomean([s.get("speedup") for s in shapes]),
+        "min_speedup": min(s.get("speedup") or 1 for s in shapes),
+        "median_probe_ms": statistics.median(s["probe_ms"] for s in shapes),
+    }
     (out / f"summary_{args.tag}.json").write_text(json.dumps({**summary, "per_shape": shapes}))
     print(json.dumps(summary))
 

@@ -13,10 +13,8 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -28,7 +26,7 @@ from agents.ops.gemm import gemm_operands  # noqa: E402
 from agents.probe.engine import build_engine  # noqa: E402
 from agents.providers.triton_gemm import TritonGemmProvider  # noqa: E402
 from agents.providers.vendor import gemm_default  # noqa: E402
-from benchmarks.gemm_h200_sweep import HOST_ID, time_kernels  # noqa: E402
+from benchmarks.gemm_h200_sweep import HOST_ID, compile_and_check, time_kernels  # noqa: E402
 from tps.candidate import Candidate  # noqa: E402
 from tps.problem import ProblemKey  # noqa: E402
 
@@ -46,8 +44,12 @@ def gemv_space(m: int) -> list[dict]:
             if not 2 <= block_n <= 64:
                 continue
             for split in (1, 4):
-                params = {"kernel": "gemv", "BLOCK_N": block_n, "BLOCK_K": block_k,
-                          "num_warps": warps}
+                params = {
+                    "kernel": "gemv",
+                    "BLOCK_N": block_n,
+                    "BLOCK_K": block_k,
+                    "num_warps": warps,
+                }
                 if split > 1:
                     params["SPLIT_K"] = split
                 space.append(params)
@@ -59,25 +61,17 @@ def sweep_shape(engine, name: str, m: int, n: int, k: int, log) -> dict:
     ops = gemm_operands(problem, "cuda", seed=0)
     default = gemm_default(problem, ops, engine.device)
     reference = default.run().float()
-    scale = reference.abs().max().item() + 1e-6
     provider = TritonGemmProvider()
     offered = provider.candidates(problem, engine.device, limit=8)
     gemv = [Candidate(backend="triton", params=p) for p in gemv_space(m)]
     entries, kernels = [{"backend": "vendor-default", "params": {}}], [default]
     compile_s = 0.0
     for candidate in [*offered, *gemv]:
-        try:
-            kernel = provider.prepare(candidate, problem, ops, engine.device)
-            t0 = time.perf_counter()
-            out = kernel.run()
-            torch.cuda.synchronize()
-            compile_s += time.perf_counter() - t0
-        except Exception as exc:
-            log(f"  {candidate.label()}: {type(exc).__name__}: {str(exc)[:160]}")
-            continue
-        err = (out.float() - reference).abs().max().item() / scale
-        if not math.isfinite(err) or err > 0.02:
-            log(f"  {candidate.label()}: wrong result, rel err {err:.3g}")
+        kernel, seconds = compile_and_check(
+            provider, candidate, problem, ops, engine.device, reference, 0.02, log
+        )
+        compile_s += seconds
+        if kernel is None:
             continue
         kernels.append(kernel)
         entries.append({"backend": "triton", "params": candidate.params})
@@ -85,19 +79,36 @@ def sweep_shape(engine, name: str, m: int, n: int, k: int, log) -> dict:
     for entry, us in zip(entries, medians, strict=True):
         entry["median_us"] = us
     d = medians[0]
-    gemm_best = min((e for e in entries[1:] if "kernel" not in e["params"]),
-                    key=lambda e: e["median_us"], default=None)
-    gemv_best = min((e for e in entries if e["params"].get("kernel") == "gemv"),
-                    key=lambda e: e["median_us"], default=None)
-    row = {"name": name, "m": m, "n": n, "k": k, "default_us": d,
-           "gemm_best": gemm_best, "gemv_best": gemv_best,
-           "gemv_speedup": d / gemv_best["median_us"] if gemv_best else None,
-           "gemm_speedup": d / gemm_best["median_us"] if gemm_best else None,
-           "bytes": 2 * (m * k + n * k + m * n), "compile_s": compile_s, "entries": entries}
+    gemm_best = min(
+        (e for e in entries[1:] if "kernel" not in e["params"]),
+        key=lambda e: e["median_us"],
+        default=None,
+    )
+    gemv_best = min(
+        (e for e in entries if e["params"].get("kernel") == "gemv"),
+        key=lambda e: e["median_us"],
+        default=None,
+    )
+    row = {
+        "name": name,
+        "m": m,
+        "n": n,
+        "k": k,
+        "default_us": d,
+        "gemm_best": gemm_best,
+        "gemv_best": gemv_best,
+        "gemv_speedup": d / gemv_best["median_us"] if gemv_best else None,
+        "gemm_speedup": d / gemm_best["median_us"] if gemm_best else None,
+        "bytes": 2 * (m * k + n * k + m * n),
+        "compile_s": compile_s,
+        "entries": entries,
+    }
     gbs = row["bytes"] / (gemv_best["median_us"] * 1e3) if gemv_best else 0
-    log(f"{name} {m}x{n}x{k}: default {d:.1f} us | triton gemm {row['gemm_speedup'] or 0:.3f}x"
+    log(
+        f"{name} {m}x{n}x{k}: default {d:.1f} us | triton gemm {row['gemm_speedup'] or 0:.3f}x"
         f" | gemv {row['gemv_speedup'] or 0:.3f}x {gemv_best and gemv_best['params']}"
-        f" ({gbs:.0f} GB/s) | compile {compile_s:.0f} s")
+        f" ({gbs:.0f} GB/s) | compile {compile_s:.0f} s"
+    )
     return row
 
 
@@ -109,21 +120,26 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     engine = build_engine(device="cuda", host_id=HOST_ID, bans_path="/tmp/gemv_bans.json")
     with SUITE.open() as f:
-        shapes = [(r["name"], int(r["m"]), int(r["n"]), int(r["k"])) for r in csv.DictReader(f)
-                  if int(r["m"]) <= MAX_ROWS]
-    results = {"machine": torch.cuda.get_device_name(), "torch": torch.__version__,
-               "shapes": []}
+        shapes = [
+            (r["name"], int(r["m"]), int(r["n"]), int(r["k"]))
+            for r in csv.DictReader(f)
+            if int(r["m"]) <= MAX_ROWS
+        ]
+    results = {"machine": torch.cuda.get_device_name(), "torch": torch.__version__, "shapes": []}
     for name, m, n, k in shapes:
         results["shapes"].append(sweep_shape(engine, name, m, n, k, print))
         (out / "gemm_h200_gemv.json").write_text(json.dumps(results))
     speedups = [s["gemv_speedup"] for s in results["shapes"] if s["gemv_speedup"]]
     results["geomean_gemv_over_default"] = statistics.geometric_mean(speedups)
     results["geomean_best_over_default"] = statistics.geometric_mean(
-        [max(s["gemv_speedup"] or 0, s["gemm_speedup"] or 0, 1.0) for s in results["shapes"]])
+        [max(s["gemv_speedup"] or 0, s["gemm_speedup"] or 0, 1.0) for s in results["shapes"]]
+    )
     (out / "gemm_h200_gemv.json").write_text(json.dumps(results))
-    print(f"geomean gemv/default {results['geomean_gemv_over_default']:.3f}, best of "
-          f"default/gemm/gemv {results['geomean_best_over_default']:.3f} "
-          f"over {len(speedups)} shapes")
+    print(
+        f"geomean gemv/default {results['geomean_gemv_over_default']:.3f}, best of "
+        f"default/gemm/gemv {results['geomean_best_over_default']:.3f} "
+        f"over {len(speedups)} shapes"
+    )
 
 
 if __name__ == "__main__":

@@ -40,19 +40,34 @@ def conv(n, c, h, w, k, r, stride=1, pad=None, dtype="bf16") -> ProblemKey:
 PROBLEMS = [
     # ResNet-50 layers at batch 32 (stem, bottleneck 3x3s, 1x1 projections).
     conv(32, 3, 224, 224, 64, 7, stride=2),
-    conv(32, 64, 56, 56, 64, 3), conv(32, 128, 28, 28, 128, 3),
-    conv(32, 256, 14, 14, 256, 3), conv(32, 512, 7, 7, 512, 3),
-    conv(32, 256, 56, 56, 64, 1), conv(32, 1024, 14, 14, 256, 1),
+    conv(32, 64, 56, 56, 64, 3),
+    conv(32, 128, 28, 28, 128, 3),
+    conv(32, 256, 14, 14, 256, 3),
+    conv(32, 512, 7, 7, 512, 3),
+    conv(32, 256, 56, 56, 64, 1),
+    conv(32, 1024, 14, 14, 256, 1),
     conv(32, 64, 56, 56, 64, 3, dtype="fp32"),
     # LayerNorm over LLM hidden sizes: decode-like and prefill-like row counts.
-    *[ProblemKey(op="layernorm", dtype="bf16", dims={"rows": rows, "cols": cols})
-      for rows in (16, 4096) for cols in (4096, 8192, 5120)],
+    *[
+        ProblemKey(op="layernorm", dtype="bf16", dims={"rows": rows, "cols": cols})
+        for rows in (16, 4096)
+        for cols in (4096, 8192, 5120)
+    ],
     # fp8 (e4m3) GEMM on linear-layer shapes, B stored [N, K]; the last two are off the
     # 16-grid that fp8 kernels need, where the default has no kernel at all.
-    *[ProblemKey(op="gemm", dtype="fp8_e4m3", dims={"m": m, "n": n, "k": k}, trans_b=True)
-      for m, n, k in ((16, 4096, 4096), (128, 14336, 4096), (2048, 4096, 4096),
-                      (4096, 28672, 4096), (8192, 8192, 8192), (4000, 4000, 4000),
-                      (4095, 4095, 4095), (1000, 1000, 1000))],
+    *[
+        ProblemKey(op="gemm", dtype="fp8_e4m3", dims={"m": m, "n": n, "k": k}, trans_b=True)
+        for m, n, k in (
+            (16, 4096, 4096),
+            (128, 14336, 4096),
+            (2048, 4096, 4096),
+            (4096, 28672, 4096),
+            (8192, 8192, 8192),
+            (4000, 4000, 4000),
+            (4095, 4095, 4095),
+            (1000, 1000, 1000),
+        )
+    ],
 ]
 
 
@@ -62,20 +77,32 @@ def main() -> None:
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    config = OpConfig(tunable_ops=[TunableOpEntry(name="gemm", candidates=7),
-                                   TunableOpEntry(name="conv2d", candidates=12),
-                                   TunableOpEntry(name="layernorm", candidates=7)])
-    engine = build_engine(device="cuda", host_id=HOST_ID, op_config=config,
-                          bans_path="/tmp/ops_bans.json")
+    config = OpConfig(
+        tunable_ops=[
+            TunableOpEntry(name="gemm", candidates=7),
+            TunableOpEntry(name="conv2d", candidates=12),
+            TunableOpEntry(name="layernorm", candidates=7),
+        ]
+    )
+    engine = build_engine(
+        device="cuda", host_id=HOST_ID, op_config=config, bans_path="/tmp/ops_bans.json"
+    )
     rows = []
     with (out / "ops_h200_runs.jsonl").open("w") as runs_out:
         for problem in PROBLEMS:
-            row = {"problem": problem.canonical(), "op": problem.op, "dtype": problem.dtype,
-                   **probe_and_retime(engine, problem, runs_out)}
+            row = {
+                "problem": problem.canonical(),
+                "op": problem.op,
+                "dtype": problem.dtype,
+                **probe_and_retime(engine, problem, runs_out),
+            }
             rows.append(row)
-            print(f"{row['problem']}: {row.get('speedup', 0):.3f}x {row['winner']} "
-                  f"probe {row['probe_ms']:.1f} ms, {row['candidates']} candidates, "
-                  f"invalid {row['invalid']}", flush=True)
+            print(
+                f"{row['problem']}: {row.get('speedup', 0):.3f}x {row['winner']} "
+                f"probe {row['probe_ms']:.1f} ms, {row['candidates']} candidates, "
+                f"invalid {row['invalid']}",
+                flush=True,
+            )
     summary = {}
     for op in sorted({r["op"] + "/" + r["dtype"] for r in rows}):
         group = [r for r in rows if r["op"] + "/" + r["dtype"] == op]
@@ -89,9 +116,13 @@ def main() -> None:
             "min_speedup": min(r["speedup"] for r in mine),
             "median_probe_ms": statistics.median(r["probe_ms"] for r in mine),
         }
-    report = {"command": " ".join(sys.argv), "machine": engine.hardware().name,
-              "date": datetime.now(UTC).isoformat(timespec="seconds"),
-              "summary": summary, "problems": rows}
+    report = {
+        "command": " ".join(sys.argv),
+        "machine": engine.hardware().name,
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "summary": summary,
+        "problems": rows,
+    }
     (out / "ops_h200.json").write_text(json.dumps(report, indent=1))
     print(json.dumps(summary, indent=1))
 

@@ -45,6 +45,7 @@ class LatencyModel:
     """
 
     _block_cache: CandidateBlock | None  # built on first use (`warm_up`), dropped by `fit`
+    candidates_: dict[str, Candidate]  # set by `fit`
 
     def __init__(
         self,

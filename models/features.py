@@ -237,6 +237,12 @@ def feature_columns(
     return columns
 
 
+def _spread(values: dict[str, Any], keys: pd.Series) -> pd.DataFrame:
+    """Return the feature rows of `values` (one per distinct key) for every row of `keys`."""
+    per_key = pd.DataFrame.from_dict(values, orient="index")
+    return per_key.reindex(keys.to_numpy()).reset_index(drop=True)
+
+
 def feature_rows(
     *,
     hardware: dict[str, HardwareSpec],
@@ -250,14 +256,10 @@ def feature_rows(
 
     `known_candidates` (from `candidate_table`) saves recomputing candidates seen before.
     """
-    blocks: list[pd.DataFrame] = []
-    for column, table, fn in (
-        ("hw_key", hardware, hardware_features),
-        ("problem_hash", problems, problem_features),
-    ):
-        values: dict[str, Any] = {k: fn(table[k]) for k in keys[column].unique()}  # type: ignore[operator]
-        per_key = pd.DataFrame.from_dict(values, orient="index")
-        blocks.append(per_key.reindex(keys[column].to_numpy()).reset_index(drop=True))
+    hw_keys, problem_hashes = keys["hw_key"], keys["problem_hash"]
+    per_hardware = {k: hardware_features(hardware[k]) for k in hw_keys.unique()}
+    per_problem = {k: problem_features(problems[k]) for k in problem_hashes.unique()}
+    blocks = [_spread(per_hardware, hw_keys), _spread(per_problem, problem_hashes)]
     ids = keys["candidate_id"]
     per_candidate = known_candidates
     if per_candidate is None:

@@ -56,8 +56,14 @@ def test_candidate_id_ignores_param_order_and_differs_by_params() -> None:
 
 
 def test_hardware_fingerprint_ignores_software_versions() -> None:
-    base = dict(vendor="nvidia", arch="sm_90", name="NVIDIA H200", compute_units=132,
-                l2_bytes=60 * 2**20, mem_bandwidth_gbs=4800.0)
+    base = dict(
+        vendor="nvidia",
+        arch="sm_90",
+        name="NVIDIA H200",
+        compute_units=132,
+        l2_bytes=60 * 2**20,
+        mem_bandwidth_gbs=4800.0,
+    )
     a = HardwareSpec(**base, driver_version="580")
     b = HardwareSpec(**base, driver_version="590")
     limited = HardwareSpec(**base, unit_limit=16)

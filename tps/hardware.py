@@ -49,6 +49,4 @@ class HardwareSpec(BaseModel):
 
     def software_key(self) -> str:
         """Return the versions that invalidate cached choices when they change."""
-        return "|".join(
-            f"{name}={getattr(self, name) or ''}" for name in sorted(SOFTWARE_FIELDS)
-        )
+        return "|".join(f"{name}={getattr(self, name) or ''}" for name in sorted(SOFTWARE_FIELDS))

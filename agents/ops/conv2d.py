@@ -23,8 +23,12 @@ class ConvOperands:
 
 def conv_args(problem: ProblemKey) -> dict[str, int]:
     d = problem.dims
-    return {"stride": d.get("stride", 1), "padding": d.get("pad", 0),
-            "dilation": d.get("dilation", 1), "groups": d.get("groups", 1)}
+    return {
+        "stride": d.get("stride", 1),
+        "padding": d.get("pad", 0),
+        "dilation": d.get("dilation", 1),
+        "groups": d.get("groups", 1),
+    }
 
 
 @OP_KINDS.register("conv2d")
@@ -51,8 +55,9 @@ class Conv2dOp:
 
         x = draw(d["n"], d["c"], d["h"], d["w"])
         weight = draw(d["k"], d["c"] // args["groups"], d["r"], d["s"])
-        return ConvOperands(problem, x, weight, args["stride"], args["padding"],
-                            args["dilation"], args["groups"])
+        return ConvOperands(
+            problem, x, weight, args["stride"], args["padding"], args["dilation"], args["groups"]
+        )
 
     def prepare_check(self, problem: ProblemKey, operands: Any) -> None:
         """Nothing to start: the reference is computed in `check`."""
@@ -69,8 +74,14 @@ class Conv2dOp:
         k = per_group * groups if groups > 1 else min(self.channels, operands.weight.shape[0])
         x = operands.x[:n].to("cpu").double()
         w = operands.weight[:k].to("cpu").double()
-        ref = F.conv2d(x, w, stride=operands.stride, padding=operands.pad,
-                       dilation=operands.dilation, groups=groups)
+        ref = F.conv2d(
+            x,
+            w,
+            stride=operands.stride,
+            padding=operands.pad,
+            dilation=operands.dilation,
+            groups=groups,
+        )
         got = output[:n, :k].to("cpu")
         if tuple(got.shape) != tuple(ref.shape):
             return Check(ok=False, rel_err=float("inf"), tolerance=tolerance)

@@ -56,8 +56,15 @@ class GemmOperands:
 
 
 def _stored(
-    rows: int, cols: int, *, ld: int, batch: int, stride: int | None, dtype: str,
-    device: Any, gen: Any,
+    rows: int,
+    cols: int,
+    *,
+    ld: int,
+    batch: int,
+    stride: int | None,
+    dtype: str,
+    device: Any,
+    gen: Any,
 ) -> Any:
     import torch
 
@@ -80,10 +87,26 @@ def gemm_operands(problem: ProblemKey, device: Any, *, seed: int = 0) -> GemmOpe
     gen = torch.Generator(device=device).manual_seed(seed)
     a_rows, a_cols = (k, m) if problem.trans_a else (m, k)
     b_rows, b_cols = (n, k) if problem.trans_b else (k, n)
-    a = _stored(a_rows, a_cols, ld=lda, batch=batch, stride=problem.stride_a,
-                dtype=problem.dtype, device=device, gen=gen)
-    b = _stored(b_rows, b_cols, ld=ldb, batch=batch, stride=problem.stride_b,
-                dtype=problem.dtype, device=device, gen=gen)
+    a = _stored(
+        a_rows,
+        a_cols,
+        ld=lda,
+        batch=batch,
+        stride=problem.stride_a,
+        dtype=problem.dtype,
+        device=device,
+        gen=gen,
+    )
+    b = _stored(
+        b_rows,
+        b_cols,
+        ld=ldb,
+        batch=batch,
+        stride=problem.stride_b,
+        dtype=problem.dtype,
+        device=device,
+        gen=gen,
+    )
     if problem.trans_a:
         a = a.transpose(-1, -2)
     if problem.trans_b:
@@ -130,8 +153,9 @@ class GemmOp:
             return Check(ok=False, rel_err=float("inf"), tolerance=tolerance)
         c = output if operands.batched else output.unsqueeze(0)
         # Gather the corners where the output lives and copy them over in one transfer.
-        got = torch.cat([c[bi, rows, cols].flatten()
-                         for bi, rows, cols in self._corners(problem)]).to("cpu")
+        got = torch.cat(
+            [c[bi, rows, cols].flatten() for bi, rows, cols in self._corners(problem)]
+        ).to("cpu")
         err = relative_error(got, self._reference_for(problem, operands))
         return Check(ok=err <= tolerance, rel_err=err, tolerance=tolerance)
 
@@ -156,9 +180,13 @@ class GemmOp:
         a, b = operands.a, operands.b
         if not operands.batched:
             a, b = a.unsqueeze(0), b.unsqueeze(0)
-        blocks = [(a[bi, rows, :].to("cpu", torch.float64).numpy(),
-                   b[bi, :, cols].to("cpu", torch.float64).numpy())
-                  for bi, rows, cols in self._corners(problem)]
+        blocks = [
+            (
+                a[bi, rows, :].to("cpu", torch.float64).numpy(),
+                b[bi, :, cols].to("cpu", torch.float64).numpy(),
+            )
+            for bi, rows, cols in self._corners(problem)
+        ]
 
         def multiply() -> Any:
             import numpy as np

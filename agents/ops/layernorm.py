@@ -53,8 +53,13 @@ class LayerNormOp:
         idx = sorted({*range(min(self.rows, rows)), *range(max(0, rows - self.rows), rows)})
         index = torch.tensor(idx, device=operands.x.device)
         x = operands.x.index_select(0, index).to("cpu").double()
-        ref = F.layer_norm(x, (x.shape[1],), operands.weight.to("cpu").double(),
-                           operands.bias.to("cpu").double(), operands.eps)
+        ref = F.layer_norm(
+            x,
+            (x.shape[1],),
+            operands.weight.to("cpu").double(),
+            operands.bias.to("cpu").double(),
+            operands.eps,
+        )
         got = output.index_select(0, index.to(output.device)).to("cpu")
         err = relative_error(got, ref)
         return Check(ok=err <= tolerance, rel_err=err, tolerance=tolerance)

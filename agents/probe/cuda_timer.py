@@ -76,14 +76,16 @@ class CudaGraphTimer:
                     for _ in range(reps):
                         kernel.run()
                 graph.replay()  # a graph that cannot launch fails here, not mid-sampling
-                return Armed(kernel=kernel, reps=reps, kernel_us=kernel_us, handle=graph,
-                             mode="graph")
+                return Armed(
+                    kernel=kernel, reps=reps, kernel_us=kernel_us, handle=graph, mode="graph"
+                )
             except Exception as exc:  # uncapturable kernels fall back to a launch loop
                 log.debug("graph capture failed for %s: %s", kernel.candidate.label(), exc)
                 del graph
                 torch.cuda.synchronize()
-        return Armed(kernel=kernel, reps=reps, kernel_us=kernel_us, mode="loop",
-                     notes=["launch loop"])
+        return Armed(
+            kernel=kernel, reps=reps, kernel_us=kernel_us, mode="loop", notes=["launch loop"]
+        )
 
     def sample_rounds(
         self, armed: Sequence[Armed], orders: Sequence[Sequence[int]]
@@ -111,7 +113,9 @@ class CudaGraphTimer:
                 rounds.append(events)
         s.synchronize()
         return [
-            {i: start.elapsed_time(end) * 1000.0 / (armed[i].reps * armed[i].kernel.launches)
-             for i, (start, end) in r.items()}
+            {
+                i: start.elapsed_time(end) * 1000.0 / (armed[i].reps * armed[i].kernel.launches)
+                for i, (start, end) in r.items()
+            }
             for r in rounds
         ]

@@ -73,7 +73,7 @@ def open_device(name: str = "auto", *, sm_limit: int | None = None) -> Device:
     if sm_limit is not None:
         from torch.cuda.green_contexts import GreenContext
 
-        ctx = GreenContext.create(num_sms=sm_limit, device_id=index)
+        ctx: Any = GreenContext.create(num_sms=sm_limit, device_id=index)
         device.green_context = ctx
         device.stream = ctx.Stream()
         device.sm_limit = sm_limit

@@ -70,8 +70,13 @@ class _Breakdown:
     @property
     def probe_ms(self) -> float:
         """Probing once kernels exist: validation, warm-up, capture and sampling."""
-        return (self.validation_ms + self.warmup_ms + self.capture_ms + self.sampling_ms
-                + self.confirm_ms)
+        return (
+            self.validation_ms
+            + self.warmup_ms
+            + self.capture_ms
+            + self.sampling_ms
+            + self.confirm_ms
+        )
 
     def line(self) -> str:
         return (
@@ -81,8 +86,11 @@ class _Breakdown:
             f"{self.warmup_ms:.1f} + capture {self.capture_ms:.1f} + launches "
             f"{self.sampling_ms:.1f} + head-to-head {self.confirm_ms:.1f}; layout copies "
             f"{self.copy_bytes / 1e6:.1f} MB per launch"
-            + (f"; cold cache: {self.operand_copies} operand copies in rotation"
-               if self.operand_copies > 1 else "")
+            + (
+                f"; cold cache: {self.operand_copies} operand copies in rotation"
+                if self.operand_copies > 1
+                else ""
+            )
         )
 
 
@@ -171,13 +179,13 @@ class ProbeEngine:
         return run
 
     def _providers_for(self, problem: ProblemKey) -> list[Provider]:
-        return [
-            p for p in self.providers
-            if problem.op in p.ops and p.available(self.device)
-        ]
+        return [p for p in self.providers if problem.op in p.ops and p.available(self.device)]
 
     def _shortlist(
-        self, problem: ProblemKey, only: Sequence[Candidate] | None, operands: Any,
+        self,
+        problem: ProblemKey,
+        only: Sequence[Candidate] | None,
+        operands: Any,
         times: _Breakdown,
     ) -> list[_Slot]:
         providers = self._providers_for(problem)
@@ -190,8 +198,9 @@ class ProbeEngine:
                     continue
                 provider = by_backend.get(c.backend)
                 error = None if provider else f"backend {c.backend!r} is not available here"
-                slots.append(_Slot(candidate=c, provider=provider, error=error,
-                                   valid=provider is not None))
+                slots.append(
+                    _Slot(candidate=c, provider=provider, error=error, valid=provider is not None)
+                )
             return slots
         limit = self.op_config.candidate_limit(problem.op)
         offers: dict[str, list[Candidate]] = {}
@@ -211,8 +220,13 @@ class ProbeEngine:
         return [default] + [_Slot(candidate=c, provider=by_backend[c.backend]) for c in chosen]
 
     def _prepare(
-        self, problem: ProblemKey, hardware: HardwareSpec, operands: Any, op: OpKind,
-        slots: list[_Slot], times: _Breakdown,
+        self,
+        problem: ProblemKey,
+        hardware: HardwareSpec,
+        operands: Any,
+        op: OpKind,
+        slots: list[_Slot],
+        times: _Breakdown,
     ) -> None:
         for slot in slots:
             if slot.provider is None:
@@ -246,12 +260,21 @@ class ProbeEngine:
             if not check.ok:
                 slot.valid, slot.error = False, f"wrong result: {check.reason()}"
                 self.bans.ban(hardware, problem, slot.candidate, slot.error)
-                log.warning("banned %s on %s: %s", slot.candidate.label(),
-                            problem.canonical(), check.reason())
+                log.warning(
+                    "banned %s on %s: %s",
+                    slot.candidate.label(),
+                    problem.canonical(),
+                    check.reason(),
+                )
 
     def _rotate(
-        self, problem: ProblemKey, hardware: HardwareSpec, operands: Any, op: OpKind,
-        slots: list[_Slot], times: _Breakdown,
+        self,
+        problem: ProblemKey,
+        hardware: HardwareSpec,
+        operands: Any,
+        op: OpKind,
+        slots: list[_Slot],
+        times: _Breakdown,
     ) -> None:
         """Cold cache: give each valid candidate one kernel per operand copy, run in turn.
 
@@ -261,11 +284,14 @@ class ProbeEngine:
         live = [slot for slot in slots if slot.kernel is not None and slot.valid]
         if not live:
             return
-        n = cold_copies(operand_bytes(operands), l2_bytes=hardware.l2_bytes,
-                        limit=self.settings.cold_max_copies)
+        n = cold_copies(
+            operand_bytes(operands), l2_bytes=hardware.l2_bytes, limit=self.settings.cold_max_copies
+        )
         start = self.clock.now_ns()
-        copies = [op.operands(problem, self.device.torch_device, seed=self.settings.seed + i)
-                  for i in range(1, n)]
+        copies = [
+            op.operands(problem, self.device.torch_device, seed=self.settings.seed + i)
+            for i in range(1, n)
+        ]
         self.device.synchronize()
         times.operands_ms += elapsed_ms(self.clock, start)
         start = self.clock.now_ns()
@@ -297,8 +323,9 @@ class ProbeEngine:
         times.warmup_ms = elapsed_ms(self.clock, start)
         start = self.clock.now_ns()
         live = [(slot, est) for slot, est in zip(slots, estimates, strict=True) if slot.valid]
-        reps = shared_reps([est for _, est in live], target_us=s.target_sample_us,
-                           max_reps=s.max_reps)
+        reps = shared_reps(
+            [est for _, est in live], target_us=s.target_sample_us, max_reps=s.max_reps
+        )
         armed = []
         for slot, est in live:
             launches = slot.kernel.launches  # type: ignore[union-attr]
@@ -338,8 +365,12 @@ class ProbeEngine:
         return statistics.median(d) / statistics.median(b) - 1
 
     def _conclude(
-        self, problem: ProblemKey, hardware: HardwareSpec, slots: list[_Slot],
-        snapshot: Telemetry, times: _Breakdown,
+        self,
+        problem: ProblemKey,
+        hardware: HardwareSpec,
+        slots: list[_Slot],
+        snapshot: Telemetry,
+        times: _Breakdown,
     ) -> ProbeRun:
         measurements: list[Measurement] = []
         medians: dict[str, float] = {}
@@ -347,21 +378,27 @@ class ProbeEngine:
             if slot.valid and slot.values:
                 summary = summarize(slot.values)
                 medians[slot.candidate.id] = max(summary.median_us, 1e-3)
-                measurements.append(Measurement(
-                    candidate=slot.candidate,
-                    median_us=max(summary.median_us, 1e-3),
-                    p10_us=max(summary.p10_us, 1e-3),
-                    p90_us=max(summary.p90_us, 1e-3),
-                    std_us=summary.std_us,
-                    samples=summary.samples,
-                    outliers_rejected=summary.outliers_rejected,
-                    compile_ms=slot.compile_ms,
-                ))
+                measurements.append(
+                    Measurement(
+                        candidate=slot.candidate,
+                        median_us=max(summary.median_us, 1e-3),
+                        p10_us=max(summary.p10_us, 1e-3),
+                        p90_us=max(summary.p90_us, 1e-3),
+                        std_us=summary.std_us,
+                        samples=summary.samples,
+                        outliers_rejected=summary.outliers_rejected,
+                        compile_ms=slot.compile_ms,
+                    )
+                )
             else:
-                measurements.append(Measurement(
-                    candidate=slot.candidate, valid=False,
-                    error=slot.error or "not measured", compile_ms=slot.compile_ms,
-                ))
+                measurements.append(
+                    Measurement(
+                        candidate=slot.candidate,
+                        valid=False,
+                        error=slot.error or "not measured",
+                        compile_ms=slot.compile_ms,
+                    )
+                )
         s = self.settings
         min_gain = s.thermal_min_gain if snapshot.thermal_safe else s.min_gain
         default_us = medians.get(VENDOR_DEFAULT.id)
@@ -369,12 +406,16 @@ class ProbeEngine:
         if long_kernel:
             min_gain = max(min_gain, s.long_kernel_min_gain)
         winner_id, rationale = choose_winner(
-            medians, slots, min_gain=min_gain,
+            medians,
+            slots,
+            min_gain=min_gain,
             confirm=lambda best: self._head_to_head(slots, best, times),
         )
         if long_kernel:
-            rationale += (f"; default above {s.long_kernel_us:.0f} us: a tuned kernel had to "
-                          f"win by {min_gain:.0%}")
+            rationale += (
+                f"; default above {s.long_kernel_us:.0f} us: a tuned kernel had to "
+                f"win by {min_gain:.0%}"
+            )
         if snapshot.thermal_safe:
             rationale += f"; device above 85 C: a tuned kernel had to win by {min_gain:.0%}"
         if snapshot.delayed_ms:
@@ -478,12 +519,32 @@ def choose_winner(
 
 
 DEFAULT_PROVIDERS: dict[str, tuple[str, ...]] = {
-    "cpu": ("vendor-default", "cpu-torch", "cpu-numpy", "torch-conv", "im2col",
-            "layernorm-composite"),
-    "nvidia": ("vendor-default", "padded", "cublaslt", "triton", "torch-conv", "im2col",
-               "layernorm-composite"),
-    "amd": ("vendor-default", "padded", "hipblaslt", "triton", "torch-conv", "im2col",
-            "layernorm-composite"),
+    "cpu": (
+        "vendor-default",
+        "cpu-torch",
+        "cpu-numpy",
+        "torch-conv",
+        "im2col",
+        "layernorm-composite",
+    ),
+    "nvidia": (
+        "vendor-default",
+        "padded",
+        "cublaslt",
+        "triton",
+        "torch-conv",
+        "im2col",
+        "layernorm-composite",
+    ),
+    "amd": (
+        "vendor-default",
+        "padded",
+        "hipblaslt",
+        "triton",
+        "torch-conv",
+        "im2col",
+        "layernorm-composite",
+    ),
 }
 
 
@@ -519,13 +580,12 @@ def build_engine(
     if dev.is_gpu:
         # warmup=0: the engine's first launch of each candidate (compile and validation)
         # already warmed it up.
-        timer: Timer = TIMERS.create("cuda-graph", stream=dev.stream, warmup=0,
-                                     use_graphs=settings.use_graphs)
+        timer: Timer = TIMERS.create(
+            "cuda-graph", stream=dev.stream, warmup=0, use_graphs=settings.use_graphs
+        )
     else:
         timer = TIMERS.create("cpu")
-    source = (
-        TELEMETRY.create(telemetry) if telemetry else default_source(dev.vendor, dev.index)
-    )
+    source = TELEMETRY.create(telemetry) if telemetry else default_source(dev.vendor, dev.index)
     if bans_path is None:
         bans_path = Path(platformdirs.user_state_dir("tps")) / "bans.json"
     return ProbeEngine(

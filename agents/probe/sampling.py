@@ -88,9 +88,9 @@ def collect(timer: Timer, armed: Sequence[Armed], policy: SamplingPolicy) -> Sam
     spent = 0.0
     while True:
         noisy = [
-            i for i in everyone
-            if len(out.values[i]) < policy.max_samples
-            and out.summary(i).cv > policy.cv_threshold
+            i
+            for i in everyone
+            if len(out.values[i]) < policy.max_samples and out.summary(i).cv > policy.cv_threshold
         ]
         if not noisy:
             break

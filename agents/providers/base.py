@@ -22,7 +22,7 @@ class Kernel:
     run: Callable[[], Any]
     graphable: bool = True
     # Fills a reused output buffer with NaN, so that unwritten elements fail validation.
-    poison: Callable[[], None] | None = None
+    poison: Callable[[], object] | None = None
     # Objects that must outlive any graph captured from `run` (library plans, buffers).
     keepalive: list[Any] = field(default_factory=list)
     # Bytes copied per launch by layout adaptation, reported in the timing breakdown.
@@ -67,7 +67,11 @@ class Provider(Protocol):
     """A backend that proposes candidates for a problem and turns one into a Kernel."""
 
     backend: str
-    ops: frozenset[str]
+
+    @property
+    def ops(self) -> frozenset[str]:
+        """The ops it can run."""
+        ...
 
     def available(self, device: Device) -> bool:
         """Return whether the backend can run on `device` at all."""

@@ -15,8 +15,14 @@ from tps.problem import ProblemKey
 def _conv(operands: Any, x: Any, weight: Any) -> Any:
     import torch.nn.functional as F
 
-    return F.conv2d(x, weight, stride=operands.stride, padding=operands.pad,
-                    dilation=operands.dilation, groups=operands.groups)
+    return F.conv2d(
+        x,
+        weight,
+        stride=operands.stride,
+        padding=operands.pad,
+        dilation=operands.dilation,
+        groups=operands.groups,
+    )
 
 
 def _with_flags(fn: Any, *, benchmark: bool, tf32: bool) -> Any:
@@ -43,8 +49,9 @@ def conv2d_default(problem: ProblemKey, operands: Any, device: Device) -> Kernel
     tf32 = problem.dtype == "tf32"
 
     def run() -> Any:
-        return _with_flags(lambda: _conv(operands, operands.x, operands.weight),
-                           benchmark=False, tf32=tf32)
+        return _with_flags(
+            lambda: _conv(operands, operands.x, operands.weight), benchmark=False, tf32=tf32
+        )
 
     return Kernel(candidate=VENDOR_DEFAULT, run=run)
 
@@ -69,7 +76,8 @@ class TorchConvProvider:
     ) -> list[Candidate]:
         combos = (
             [("channels_last", True), ("channels_last", False), ("contiguous", True)]
-            if device.is_gpu else [("channels_last", False)]
+            if device.is_gpu
+            else [("channels_last", False)]
         )
         return [
             Candidate(backend=self.backend, params={"memory_format": fmt, "benchmark": bench})
@@ -89,8 +97,11 @@ class TorchConvProvider:
         tf32 = problem.dtype == "tf32"
 
         def run() -> Any:
-            return _with_flags(lambda: _conv(operands, x.contiguous(memory_format=fmt), weight),
-                               benchmark=bench, tf32=tf32)
+            return _with_flags(
+                lambda: _conv(operands, x.contiguous(memory_format=fmt), weight),
+                benchmark=bench,
+                tf32=tf32,
+            )
 
         copy = x.numel() * x.element_size() if channels_last else 0
         return Kernel(candidate=candidate, run=run, copy_bytes=copy)

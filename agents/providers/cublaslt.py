@@ -37,7 +37,8 @@ ALGO_FIELDS = {
 def _plain(value: Any) -> int | str | bool | None:
     """Turn nvmath's enums and tuples into JSON scalars that hash the same everywhere."""
     if value is None or isinstance(value, bool | int):
-        return value if not hasattr(value, "name") else str(value.name)
+        name = getattr(value, "name", None)  # an IntEnum
+        return value if name is None else str(name)
     if isinstance(value, tuple | list):
         return "x".join(str(_plain(v)) for v in value)
     name = getattr(value, "name", None)
@@ -61,6 +62,7 @@ def diversify(ranked: list[dict[str, Any]]) -> list[dict[str, Any]]:
     variants of one tile; a short list should instead try one of each kind, and split-K,
     where skinny and deep-K problems win, must not fall off its end.
     """
+
     def kind(p: dict[str, Any]) -> tuple[Any, ...]:
         return (p.get("algo_id"), p.get("tile"), (p.get("split_k") or 1) > 1)
 
@@ -153,8 +155,7 @@ class CublasLtProvider:
         stream = torch.cuda.current_stream()
         try:
             mm = Matmul(operands.a, operands.b, options=options, stream=stream, **kwargs)
-            algorithms = mm.plan(preferences=MatmulPlanPreferences(limit=self.limit),
-                                 stream=stream)
+            algorithms = mm.plan(preferences=MatmulPlanPreferences(limit=self.limit), stream=stream)
         except Exception as exc:
             raise CandidateError(f"cuBLASLt cannot plan {problem.canonical()}: {exc}") from exc
         plan = _Plan(mm, list(algorithms), operands)
@@ -178,8 +179,9 @@ class CublasLtProvider:
         def run() -> Any:
             return mm.execute(algorithm=algorithm, stream=torch.cuda.current_stream())
 
-        return Kernel(candidate=candidate, run=run, keepalive=[mm],
-                      close=lambda: self._retire(key, plan))
+        return Kernel(
+            candidate=candidate, run=run, keepalive=[mm], close=lambda: self._retire(key, plan)
+        )
 
     def _retire(self, key: str, plan: _Plan) -> None:
         plans = self._plans.get(key, [])

@@ -17,8 +17,7 @@ def layernorm_default(problem: ProblemKey, operands: Any, device: Device) -> Ker
 
     x, w, b = operands.x, operands.weight, operands.bias
     shape = (x.shape[-1],)
-    return Kernel(candidate=VENDOR_DEFAULT,
-                  run=lambda: F.layer_norm(x, shape, w, b, operands.eps))
+    return Kernel(candidate=VENDOR_DEFAULT, run=lambda: F.layer_norm(x, shape, w, b, operands.eps))
 
 
 @PROVIDERS.register("layernorm-composite")

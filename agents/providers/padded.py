@@ -83,14 +83,24 @@ class PaddedProvider:
         # transpose); other dtypes keep the problem's transposes.
         trans_a = False if fp8 else problem.trans_a
         trans_b = True if fp8 else problem.trans_b
-        padded = ProblemKey(op="gemm", dtype=problem.dtype, dims={"m": mp, "n": np_, "k": kp}
-                            | ({"batch": batch} if batch > 1 else {}),
-                            trans_a=trans_a, trans_b=trans_b)
+        padded = ProblemKey(
+            op="gemm",
+            dtype=problem.dtype,
+            dims={"m": mp, "n": np_, "k": kp} | ({"batch": batch} if batch > 1 else {}),
+            trans_a=trans_a,
+            trans_b=trans_b,
+        )
         lead = (batch,) if batch > 1 else ()
-        a_store = torch.zeros(lead + ((kp, mp) if trans_a else (mp, kp)),
-                              dtype=operands.a.dtype, device=operands.a.device)
-        b_store = torch.zeros(lead + ((np_, kp) if trans_b else (kp, np_)),
-                              dtype=operands.b.dtype, device=operands.b.device)
+        a_store = torch.zeros(
+            lead + ((kp, mp) if trans_a else (mp, kp)),
+            dtype=operands.a.dtype,
+            device=operands.a.device,
+        )
+        b_store = torch.zeros(
+            lead + ((np_, kp) if trans_b else (kp, np_)),
+            dtype=operands.b.dtype,
+            device=operands.b.device,
+        )
         a_pad = a_store.transpose(-1, -2) if trans_a else a_store
         b_pad = b_store.transpose(-1, -2) if trans_b else b_store
         a_dst, b_dst = a_pad[..., :m, :k], b_pad[..., :k, :n]

@@ -6,12 +6,27 @@ import triton.language as tl
 
 @triton.jit
 def gemm_kernel(
-    a_ptr, b_ptr, c_ptr, M, N, K,
-    stride_ab, stride_am, stride_ak,
-    stride_bb, stride_bk, stride_bn,
-    stride_cb, stride_cm, stride_cn,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr, IEEE: tl.constexpr, SPLIT_K: tl.constexpr = 1,
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    M,
+    N,
+    K,
+    stride_ab,
+    stride_am,
+    stride_ak,
+    stride_bb,
+    stride_bk,
+    stride_bn,
+    stride_cb,
+    stride_cm,
+    stride_cn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    IEEE: tl.constexpr,
+    SPLIT_K: tl.constexpr = 1,
 ):
     """C = A @ B; with SPLIT_K > 1, program (.., .., s) writes the fp32 partial of K slice s
     to c_ptr[s] (a [SPLIT_K, M, N] workspace) for `splitk_reduce_kernel` to sum."""
@@ -32,10 +47,18 @@ def gemm_kernel(
     offs_k = tl.arange(0, BLOCK_K)
     rows = offs_m % M  # wrapped rows are loaded but never stored
     cols = offs_n % N
-    a_ptrs = (a_ptr + batch * stride_ab + rows[:, None] * stride_am
-              + (k_first + offs_k[None, :]) * stride_ak)
-    b_ptrs = (b_ptr + batch * stride_bb + (k_first + offs_k[:, None]) * stride_bk
-              + cols[None, :] * stride_bn)
+    a_ptrs = (
+        a_ptr
+        + batch * stride_ab
+        + rows[:, None] * stride_am
+        + (k_first + offs_k[None, :]) * stride_ak
+    )
+    b_ptrs = (
+        b_ptr
+        + batch * stride_bb
+        + (k_first + offs_k[:, None]) * stride_bk
+        + cols[None, :] * stride_bn
+    )
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, k_blocks):
         k_left = K - k_first - k * BLOCK_K
@@ -48,14 +71,19 @@ def gemm_kernel(
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
     c = acc.to(c_ptr.dtype.element_ty)
-    c_ptrs = (c_ptr + (split + batch) * stride_cb + offs_m[:, None] * stride_cm
-              + offs_n[None, :] * stride_cn)
+    c_ptrs = (
+        c_ptr
+        + (split + batch) * stride_cb
+        + offs_m[:, None] * stride_cm
+        + offs_n[None, :] * stride_cn
+    )
     tl.store(c_ptrs, c, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
 @triton.jit
-def splitk_reduce_kernel(ws_ptr, c_ptr, M, N, stride_cm, stride_cn,
-                         SPLIT_K: tl.constexpr, BLOCK: tl.constexpr):
+def splitk_reduce_kernel(
+    ws_ptr, c_ptr, M, N, stride_cm, stride_cn, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr
+):
     """Sum the SPLIT_K fp32 partials of a [SPLIT_K, M, N] workspace into C, cast once."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < M * N
@@ -64,13 +92,11 @@ def splitk_reduce_kernel(ws_ptr, c_ptr, M, N, stride_cm, stride_cn,
         acc += tl.load(ws_ptr + s * M * N + offs, mask=mask, other=0.0)
     rows = offs // N
     cols = offs % N
-    tl.store(c_ptr + rows * stride_cm + cols * stride_cn, acc.to(c_ptr.dtype.element_ty),
-             mask=mask)
+    tl.store(c_ptr + rows * stride_cm + cols * stride_cn, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def layernorm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, stride_x, stride_y, N, eps,
-                     BLOCK: tl.constexpr):
+def layernorm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, stride_x, stride_y, N, eps, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < N
@@ -87,10 +113,22 @@ def layernorm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, stride_x, stride_y, N, eps,
 
 @triton.jit
 def gemv_kernel(
-    a_ptr, b_ptr, c_ptr, M, N, K,
-    stride_am, stride_ak, stride_bk, stride_bn,
-    stride_cs, stride_cm, stride_cn,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cs,
+    stride_cm,
+    stride_cn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr = 1,
 ):
     """C = A @ B for a few rows of A, on the CUDA cores rather than the tensor cores.
@@ -113,11 +151,16 @@ def gemv_kernel(
     for i in range(0, k_blocks):
         kk = k_first + i * BLOCK_K + offs_k
         k_ok = kk < K
-        b = tl.load(b_ptr + cols[:, None] * stride_bn + kk[None, :] * stride_bk,
-                    mask=k_ok[None, :], other=0.0).to(tl.float32)
-        a = tl.load(a_ptr + offs_m[:, None] * stride_am + kk[None, :] * stride_ak,
-                    mask=row_ok[:, None] & k_ok[None, :], other=0.0).to(tl.float32)
+        b = tl.load(
+            b_ptr + cols[:, None] * stride_bn + kk[None, :] * stride_bk,
+            mask=k_ok[None, :],
+            other=0.0,
+        ).to(tl.float32)
+        a = tl.load(
+            a_ptr + offs_m[:, None] * stride_am + kk[None, :] * stride_ak,
+            mask=row_ok[:, None] & k_ok[None, :],
+            other=0.0,
+        ).to(tl.float32)
         acc += tl.sum(a[:, None, :] * b[None, :, :], axis=2)
     c_ptrs = c_ptr + split * stride_cs + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty),
-             mask=row_ok[:, None] & (offs_n[None, :] < N))
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=row_ok[:, None] & (offs_n[None, :] < N))

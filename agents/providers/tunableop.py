@@ -23,8 +23,12 @@ def find_solution(results: list[Any], problem: ProblemKey) -> TunableResult | No
     """Return TunableOp's chosen solution for `problem` among get_results() tuples."""
     op_sig, params_sig = problem.tunableop_signature()
     for row in results:
-        r = TunableResult(str(row[0]), str(row[1]), str(row[2]),
-                          float(row[3]) if len(row) > 3 and row[3] not in ("", None) else None)
+        r = TunableResult(
+            str(row[0]),
+            str(row[1]),
+            str(row[2]),
+            float(row[3]) if len(row) > 3 and row[3] not in ("", None) else None,
+        )
         if r.op_signature == op_sig and r.params_signature.startswith(params_sig):
             return r
     return None
@@ -77,8 +81,12 @@ class TunableOpProvider:
         validators = dict(self.tunable.get_validators())
         folder = self.workdir or Path(tempfile.mkdtemp(prefix="tps-tunableop-"))
         path = folder / f"{problem.key_hash()}_{self.backend}.csv"
-        write_file(path, TunableFile(validators=validators,
-                                     results=[TunableResult(op_sig, params_sig, solution, None)]))
+        write_file(
+            path,
+            TunableFile(
+                validators=validators, results=[TunableResult(op_sig, params_sig, solution, None)]
+            ),
+        )
         return path
 
     def prepare(

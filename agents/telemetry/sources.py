@@ -50,11 +50,12 @@ class NvmlSource:
 
     def _open(self) -> Any:
         if self._handle is None:
+            if self._nvml is None:
+                import pynvml
+
+                self._nvml = pynvml
             nvml = self._nvml
-            if nvml is None:
-                import pynvml as nvml
             nvml.nvmlInit()
-            self._nvml = nvml
             self._handle = nvml.nvmlDeviceGetHandleByIndex(self.index)
         return self._handle
 
@@ -110,11 +111,12 @@ class AmdSmiSource:
 
     def _open(self) -> Any:
         if self._handle is None:
+            if self._lib is None:
+                import amdsmi
+
+                self._lib = amdsmi
             lib = self._lib
-            if lib is None:
-                import amdsmi as lib
             lib.amdsmi_init()
-            self._lib = lib
             self._handle = lib.amdsmi_get_processor_handles()[self.index]
         return self._handle
 

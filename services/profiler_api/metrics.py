@@ -30,6 +30,7 @@ def multiprocess_env(workers: int) -> dict[str, str]:
     folder = os.environ.get(MULTIPROC_ENV) or tempfile.mkdtemp(prefix="tps-metrics-")
     return {MULTIPROC_ENV: folder}
 
+
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 

@@ -19,8 +19,9 @@ from tps.candidate import Candidate
 from tps.problem import ProblemKey
 
 HOST = "0123456789abcdef"
-FAST = ProbeSettings(samples=5, min_samples=3, max_samples=20, max_extra_ms=50,
-                     target_sample_us=50, confirm_rounds=3)
+FAST = ProbeSettings(
+    samples=5, min_samples=3, max_samples=20, max_extra_ms=50, target_sample_us=50, confirm_rounds=3
+)
 
 
 class WrongProvider:
@@ -32,17 +33,21 @@ class WrongProvider:
     def available(self, device: Device) -> bool:
         return True
 
-    def candidates(self, problem: ProblemKey, device: Device, *, limit: int,
-                   operands: Any = None) -> list[Candidate]:
+    def candidates(
+        self, problem: ProblemKey, device: Device, *, limit: int, operands: Any = None
+    ) -> list[Candidate]:
         return [Candidate(backend=self.backend, params={"scale": 1.01})][:limit]
 
-    def prepare(self, candidate: Candidate, problem: ProblemKey, operands: Any,
-                device: Device) -> Kernel:
+    def prepare(
+        self, candidate: Candidate, problem: ProblemKey, operands: Any, device: Device
+    ) -> Kernel:
         import torch
 
-        return Kernel(candidate=candidate,
-                      run=lambda: torch.matmul(operands.a, operands.b) * 1.01,
-                      graphable=False)
+        return Kernel(
+            candidate=candidate,
+            run=lambda: torch.matmul(operands.a, operands.b) * 1.01,
+            graphable=False,
+        )
 
 
 class ManualClock:
@@ -61,15 +66,18 @@ class ManualClock:
         self.ns += int(seconds * 1e9)
 
 
-def cpu_engine(tmp_path, *, providers=None, settings=FAST, candidates=4, telemetry=None,
-               clock=None, timer=None) -> ProbeEngine:
+def cpu_engine(
+    tmp_path, *, providers=None, settings=FAST, candidates=4, telemetry=None, clock=None, timer=None
+) -> ProbeEngine:
     import torch
 
     from tps.hardware import HardwareSpec
 
-    chosen = providers if providers is not None else [
-        builtin.create(name, settings=settings) for name in ("vendor-default", "cpu-torch")
-    ]
+    chosen = (
+        providers
+        if providers is not None
+        else [builtin.create(name, settings=settings) for name in ("vendor-default", "cpu-torch")]
+    )
     return ProbeEngine(
         device=Device(kind="cpu", threads=torch.get_num_threads()),
         providers=chosen,
@@ -80,8 +88,15 @@ def cpu_engine(tmp_path, *, providers=None, settings=FAST, candidates=4, telemet
         settings=settings,
         op_config=OpConfig(tunable_ops=[TunableOpEntry(name="gemm", candidates=candidates)]),
         clock=clock,
-        hardware=HardwareSpec(vendor="cpu", arch="x86_64", name="test cpu", compute_units=2,
-                              l2_bytes=2**20, mem_bandwidth_gbs=10.0, torch_version="test"),
+        hardware=HardwareSpec(
+            vendor="cpu",
+            arch="x86_64",
+            name="test cpu",
+            compute_units=2,
+            l2_bytes=2**20,
+            mem_bandwidth_gbs=10.0,
+            torch_version="test",
+        ),
     )
 
 

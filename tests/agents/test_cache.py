@@ -70,8 +70,10 @@ def test_tunableop_csv_round_trip(tmp_path):
     assert written == 2
     lines = path.read_text().splitlines()
     assert lines[:2] == ["Validator,ROCM_VERSION,6.2", "Validator,PT_VERSION,2.11.0"]
-    assert "GemmTunableOp_BFloat16_TN,tn_6144_1_4096_ld_4096_4096_6144,Gemm_Hipblaslt_1234,0.1" \
+    assert (
+        "GemmTunableOp_BFloat16_TN,tn_6144_1_4096_ld_4096_4096_6144,Gemm_Hipblaslt_1234,0.1"
         in path.read_text()
+    )
 
     imported = ProbeCache()
     assert imported.import_tunableop_csv(path) == 2

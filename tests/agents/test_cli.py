@@ -9,8 +9,21 @@ from tps.cli import app
 
 def test_probe_json_has_the_documented_fields(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
-    result = CliRunner().invoke(app, ["agent", "probe", "--shape", "32x24x16", "--dtype", "fp32",
-                                      "--trans-b", "--device", "cpu", "--json"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "agent",
+            "probe",
+            "--shape",
+            "32x24x16",
+            "--dtype",
+            "fp32",
+            "--trans-b",
+            "--device",
+            "cpu",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert {"winner", "speedup_vs_default", "probe_ms", "compile_ms", "candidates"} <= set(data)
@@ -23,8 +36,9 @@ def test_probe_json_has_the_documented_fields(tmp_path, monkeypatch):
 def test_probe_table_and_bad_shapes(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
     runner = CliRunner()
-    table = runner.invoke(app, ["agent", "probe", "--shape", "16x16x16", "--dtype", "fp32",
-                                "--device", "cpu"])
+    table = runner.invoke(
+        app, ["agent", "probe", "--shape", "16x16x16", "--dtype", "fp32", "--device", "cpu"]
+    )
     assert table.exit_code == 0 and "winner:" in table.stdout and "compile" in table.stdout
     bad = runner.invoke(app, ["agent", "probe", "--shape", "16x16", "--device", "cpu"])
     assert bad.exit_code == 2 and "Invalid value" in bad.output

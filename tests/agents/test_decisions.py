@@ -40,8 +40,14 @@ class ScriptedTimer:
 
 
 def _armed(n):
-    return [Armed(kernel=Kernel(candidate=Candidate(backend=f"k{i}"), run=lambda: None),
-                  reps=1, kernel_us=10.0) for i in range(n)]
+    return [
+        Armed(
+            kernel=Kernel(candidate=Candidate(backend=f"k{i}"), run=lambda: None),
+            reps=1,
+            kernel_us=10.0,
+        )
+        for i in range(n)
+    ]
 
 
 def test_noisy_candidates_get_more_samples_up_to_the_cap():
@@ -79,13 +85,19 @@ def test_a_rotation_would_fail_the_neighbour_balance():
     rows = [interleaved([0, 1, 2, 3], r) for r in range(4)]
     rotation = [[(k + r) % 4 for k in range(4)] for r in range(4)]
     assert rows != rotation
-    assert Counter((a, b) for row in rotation for a, b in zip(row, row[1:], strict=False))[
-        (0, 1)] == 3
+    assert (
+        Counter((a, b) for row in rotation for a, b in zip(row, row[1:], strict=False))[(0, 1)] == 3
+    )
 
 
 def _slots(*backends):
-    return [_Slot(candidate=VENDOR_DEFAULT if b == "vendor-default" else Candidate(backend=b),
-                  provider=None) for b in backends]
+    return [
+        _Slot(
+            candidate=VENDOR_DEFAULT if b == "vendor-default" else Candidate(backend=b),
+            provider=None,
+        )
+        for b in backends
+    ]
 
 
 def test_default_keeps_its_place_unless_clearly_beaten():

@@ -12,8 +12,9 @@ from tps.schemas import ProbeRun
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp64"])
-@pytest.mark.parametrize("trans_a,trans_b", [(False, False), (False, True), (True, False),
-                                              (True, True)])
+@pytest.mark.parametrize(
+    "trans_a,trans_b", [(False, False), (False, True), (True, False), (True, True)]
+)
 def test_probe_is_a_valid_run_in_every_layout(engine, dtype, trans_a, trans_b):
     run = engine.probe(gemm(dtype=dtype, trans_a=trans_a, trans_b=trans_b))
     ProbeRun.model_validate(run.model_dump(mode="json"))
@@ -101,8 +102,13 @@ class _Paced:
         return Armed(kernel=kernel, reps=reps, kernel_us=kernel_us)
 
     def sample_rounds(self, armed, orders):
-        return [{i: self.default_us * (1.0 if armed[i].kernel.candidate == VENDOR_DEFAULT
-                                       else 0.97) for i in order} for order in orders]
+        return [
+            {
+                i: self.default_us * (1.0 if armed[i].kernel.candidate == VENDOR_DEFAULT else 0.97)
+                for i in order
+            }
+            for order in orders
+        ]
 
 
 @pytest.mark.parametrize("default_us,tuned_wins", [(100.0, True), (800.0, False)])
@@ -160,8 +166,14 @@ def test_a_rotating_kernel_runs_each_copy_once_and_closes_them_all():
     from agents.providers.base import Kernel, rotating
 
     ran, closed = [], []
-    kernels = [Kernel(candidate=VENDOR_DEFAULT, run=lambda i=i: ran.append(i) or i,
-                      close=lambda i=i: closed.append(i)) for i in range(3)]
+    kernels = [
+        Kernel(
+            candidate=VENDOR_DEFAULT,
+            run=lambda i=i: ran.append(i) or i,
+            close=lambda i=i: closed.append(i),
+        )
+        for i in range(3)
+    ]
     kernel = rotating(kernels)
     assert kernel.run() == 2 and ran == [0, 1, 2] and kernel.launches == 3
     kernel.close()

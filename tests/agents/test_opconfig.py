@@ -23,13 +23,16 @@ def test_loads_the_documented_example(tmp_path):
     assert not config.enabled("dedispersion") and config.candidate_limit("add") == 0
 
 
-@pytest.mark.parametrize("text, message", [
-    ("tunable_ops: [{name: matmul}]", "unknown op 'matmul'"),
-    ("tunable_ops: [{name: gemm}, {name: gemm}]", "listed twice"),
-    ("tunable_ops: [{name: gemm, candidates: -1}]", "greater than or equal"),
-    ("ops: []", "top-level 'tunable_ops'"),
-    ("tunable_ops: [", "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("tunable_ops: [{name: matmul}]", "unknown op 'matmul'"),
+        ("tunable_ops: [{name: gemm}, {name: gemm}]", "listed twice"),
+        ("tunable_ops: [{name: gemm, candidates: -1}]", "greater than or equal"),
+        ("ops: []", "top-level 'tunable_ops'"),
+        ("tunable_ops: [", "not valid YAML"),
+    ],
+)
 def test_bad_files_get_clear_messages(tmp_path, text, message):
     path = tmp_path / "ops.yaml"
     path.write_text(text)

@@ -5,5 +5,8 @@ import pytest
 def engine(tmp_path_factory):
     from agents.probe.engine import build_engine
 
-    return build_engine(device="cuda", host_id="0123456789abcdef",
-                        bans_path=tmp_path_factory.mktemp("bans") / "bans.json")
+    return build_engine(
+        device="cuda",
+        host_id="0123456789abcdef",
+        bans_path=tmp_path_factory.mktemp("bans") / "bans.json",
+    )

@@ -19,8 +19,9 @@ pytestmark = pytest.mark.gpu
 def test_conv2d_on_gpu(engine, dtype):
     dims = {"n": 8, "c": 64, "h": 56, "w": 56, "k": 64, "r": 3, "s": 3, "pad": 1}
     run = engine.probe(ProblemKey(op="conv2d", dtype=dtype, dims=dims))
-    assert {"vendor-default", "torch-conv", "im2col"} <= {m.candidate.backend
-                                                         for m in run.measurements}
+    assert {"vendor-default", "torch-conv", "im2col"} <= {
+        m.candidate.backend for m in run.measurements
+    }
     assert all(m.valid for m in run.measurements), [m.error for m in run.measurements]
 
 
@@ -31,23 +32,33 @@ def test_triton_layernorm_on_gpu(engine, cols):
     assert all(m.valid for m in run.measurements), [m.error for m in run.measurements]
 
 
-@pytest.mark.skipif(torch.version.hip is not None or torch.cuda.get_device_capability() < (8, 9),
-                    reason="fp8 GEMM needs an NVIDIA GPU of compute capability 8.9 or newer")
+@pytest.mark.skipif(
+    torch.version.hip is not None or torch.cuda.get_device_capability() < (8, 9),
+    reason="fp8 GEMM needs an NVIDIA GPU of compute capability 8.9 or newer",
+)
 @pytest.mark.parametrize("shape", [(64, 4096, 4096), (4000, 4000, 4000)])
 def test_fp8_gemm_default_and_cublaslt_are_valid(engine, shape):
     m, n, k = shape
-    run = engine.probe(ProblemKey(op="gemm", dtype="fp8_e4m3", dims={"m": m, "n": n, "k": k},
-                                  trans_b=True))
+    run = engine.probe(
+        ProblemKey(op="gemm", dtype="fp8_e4m3", dims={"m": m, "n": n, "k": k}, trans_b=True)
+    )
     backends = {m.candidate.backend for m in run.measurements if m.valid}
     assert {"vendor-default", "cublaslt"} <= backends, [m.error for m in run.measurements]
 
 
-@pytest.mark.skipif(torch.version.hip is not None or torch.cuda.get_device_capability() < (8, 9),
-                    reason="fp8 GEMM needs an NVIDIA GPU of compute capability 8.9 or newer")
+@pytest.mark.skipif(
+    torch.version.hip is not None or torch.cuda.get_device_capability() < (8, 9),
+    reason="fp8 GEMM needs an NVIDIA GPU of compute capability 8.9 or newer",
+)
 @pytest.mark.parametrize("trans_a,trans_b", [(False, True), (False, False), (True, True)])
 def test_fp8_gemm_off_the_16_grid_or_layout_runs_padded(engine, trans_a, trans_b):
-    problem = ProblemKey(op="gemm", dtype="fp8_e4m3", dims={"m": 1000, "n": 1000, "k": 1000},
-                         trans_a=trans_a, trans_b=trans_b)
+    problem = ProblemKey(
+        op="gemm",
+        dtype="fp8_e4m3",
+        dims={"m": 1000, "n": 1000, "k": 1000},
+        trans_a=trans_a,
+        trans_b=trans_b,
+    )
     run = engine.probe(problem)
     default, *rest = run.measurements
     assert not default.valid and default.error  # torch._scaled_mm refuses it, by name

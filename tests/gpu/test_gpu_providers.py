@@ -103,8 +103,13 @@ def test_triton_gemv_is_correct_and_idempotent(shape, split):
 def test_triton_handles_all_transposes_and_batches():
     for ta in (False, True):
         for tb in (False, True):
-            p = ProblemKey(op="gemm", dtype="fp16", dims={"m": 96, "n": 80, "k": 72, "batch": 3},
-                           trans_a=ta, trans_b=tb)
+            p = ProblemKey(
+                op="gemm",
+                dtype="fp16",
+                dims={"m": 96, "n": 80, "k": 72, "batch": 3},
+                trans_a=ta,
+                trans_b=tb,
+            )
             _check_all("triton", p, limit=1)
 
 
@@ -160,8 +165,13 @@ print(json.dumps({"ms": e0.elapsed_time(e1) / 5, "unit_limit": detect_hardware(d
 @pytest.mark.skipif(not NVIDIA, reason="green contexts are CUDA only")
 def test_green_context_limits_sms_one_context_per_process():
     def time_with(limit):
-        out = subprocess.run([sys.executable, "-c", GREEN, str(limit)], capture_output=True,
-                             text=True, timeout=300, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", GREEN, str(limit)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+        )
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     full, limited = time_with(0), time_with(16)
@@ -178,9 +188,12 @@ def test_tunableop_solutions_on_rocm():
 def cold_engine(tmp_path_factory):
     from agents.probe.engine import build_engine
 
-    return build_engine(device="cuda", host_id="0123456789abcdef",
-                        bans_path=tmp_path_factory.mktemp("cold") / "bans.json",
-                        settings=ProbeSettings(cold_cache=True))
+    return build_engine(
+        device="cuda",
+        host_id="0123456789abcdef",
+        bans_path=tmp_path_factory.mktemp("cold") / "bans.json",
+        settings=ProbeSettings(cold_cache=True),
+    )
 
 
 @pytest.mark.parametrize("shape", [(1024, 1024, 1024), (4095, 4095, 4095)])

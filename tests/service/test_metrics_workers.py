@@ -15,8 +15,10 @@ REQUESTS = 60
 def _healthz_count(text: str) -> float:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if (sample.name == "tps_http_request_duration_seconds_count"
-                    and sample.labels.get("route") == "/healthz"):
+            if (
+                sample.name == "tps_http_request_duration_seconds_count"
+                and sample.labels.get("route") == "/healthz"
+            ):
                 return sample.value
     return 0.0
 
@@ -29,6 +31,8 @@ def test_metrics_of_two_workers_are_summed(postgres_server_url: str) -> None:
             close = {"Connection": "close"}
             for _ in range(REQUESTS):
                 assert httpx.get(f"{service.base_url}/healthz", headers=close).status_code == 200
-            counts = {_healthz_count(httpx.get(f"{service.base_url}/metrics", headers=close).text)
-                      for _ in range(6)}
+            counts = {
+                _healthz_count(httpx.get(f"{service.base_url}/metrics", headers=close).text)
+                for _ in range(6)
+            }
     assert counts == {REQUESTS}

@@ -23,8 +23,11 @@ def parse_problem(
         sizes = [int(x) for x in shape.lower().split("x")]
     except ValueError:
         raise typer.BadParameter(f"shape {shape!r} must be sizes joined by 'x'") from None
-    names = {"gemm": ("m", "n", "k", "batch"), "layernorm": ("rows", "cols"),
-             "conv2d": ("n", "c", "h", "w", "k", "r", "s", "stride", "pad")}
+    names = {
+        "gemm": ("m", "n", "k", "batch"),
+        "layernorm": ("rows", "cols"),
+        "conv2d": ("n", "c", "h", "w", "k", "r", "s", "stride", "pad"),
+    }
     least = {"gemm": 3, "layernorm": 2, "conv2d": 7}
     if op not in names:
         raise typer.BadParameter(f"--op {op!r}: the CLI probes {', '.join(names)}")
@@ -99,8 +102,12 @@ def register(agent_app: typer.Typer) -> None:
 
     @agent_app.command("probe")
     def probe(
-        shape: Annotated[str, typer.Option(help="gemm MxNxK[xBATCH], layernorm ROWSxCOLS, "
-                                           "conv2d NxCxHxWxKxRxS[xSTRIDE[xPAD]]")],
+        shape: Annotated[
+            str,
+            typer.Option(
+                help="gemm MxNxK[xBATCH], layernorm ROWSxCOLS, conv2d NxCxHxWxKxRxS[xSTRIDE[xPAD]]"
+            ),
+        ],
         op: Annotated[str, typer.Option(help="gemm, conv2d or layernorm")] = "gemm",
         dtype: Annotated[str, typer.Option(help="bf16, fp16, fp32, tf32, fp8_e4m3")] = "bf16",
         trans_a: Annotated[bool, typer.Option("--trans-a", help="A stored [K, M]")] = False,

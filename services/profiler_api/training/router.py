@@ -49,8 +49,10 @@ def list_jobs(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> list[JobOut]:
     """Return the newest training jobs, optionally only those in one state."""
-    return [JobOut.model_validate(job)
-            for job in repository.list_jobs(session, state=state, limit=limit)]
+    return [
+        JobOut.model_validate(job)
+        for job in repository.list_jobs(session, state=state, limit=limit)
+    ]
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=JobOut, summary="Cancel a queued job")
