@@ -120,6 +120,30 @@ def _cpu_seconds(pid: int) -> float:
     return total
 
 
+def _postgres_cpu_seconds() -> float | None:
+    """Return the CPU seconds used so far by this machine's Postgres processes (every
+    database of every server here), or None when none can be read (a remote server)."""
+    import psutil
+
+    total, seen = 0.0, False
+    for process in psutil.process_iter(["name"]):
+        if process.info["name"] not in ("postgres", "postmaster"):
+            continue
+        try:
+            times = process.cpu_times()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        total += times.user + times.system
+        seen = True
+    return total if seen else None
+
+
+def _per_measurement_us(before: float | None, after: float | None, count: int) -> float | None:
+    if before is None or after is None:
+        return None
+    return round((after - before) / count * 1e6, 1)
+
+
 def run_ingest_bench(
     database_url: str, config: IngestBenchConfig, *, log: Console | None = None
 ) -> dict[str, Any]:
@@ -147,7 +171,9 @@ def run_ingest_bench(
         engine.dispose()
         plan = IngestPlan.from_batch(ProbeRunBatch.model_construct(runs=runs), org_id=org_id)
         say(f"raw COPY of {measurements} measurements")
+        pg_before = _postgres_cpu_seconds()
         copy_s = time_raw_copy(url, plan)
+        copy_pg_us = _per_measurement_us(pg_before, _postgres_cpu_seconds(), measurements)
         say(f"HTTP ingest with {config.clients} clients, {len(bodies)} batches")
         load_before = os.getloadavg()[0]
         with running_service(url, workers=config.workers) as service:
@@ -155,10 +181,12 @@ def run_ingest_bench(
                 service.base_url, token, warmup, clients=config.clients, gzip=config.gzip
             )
             cpu_before = _cpu_seconds(service.pid)
+            pg_before = _postgres_cpu_seconds()
             http_s = time_http_ingest(
                 service.base_url, token, bodies, clients=config.clients, gzip=config.gzip
             )
             service_cpu_s = _cpu_seconds(service.pid) - cpu_before
+            ingest_pg_us = _per_measurement_us(pg_before, _postgres_cpu_seconds(), measurements)
         with psycopg.connect(libpq_url(url)) as conn:
             stored = conn.execute("SELECT count(*) FROM measurements").fetchone()
             server_version = conn.info.server_version
@@ -177,6 +205,14 @@ def run_ingest_bench(
         "http_s": round(http_s, 3),
         # Where the time goes: the service's CPU per measurement, and how busy the box was.
         "service_cpu_us_per_measurement": round(service_cpu_s / measurements * 1e6, 1),
+        # Postgres's own CPU per measurement (every local Postgres process; None if remote),
+        # during the HTTP phase and during the raw COPY; and what the ratio goal allows in all
+        # (both phases' CPU on every core of the box, at half the COPY's rate).
+        "postgres_cpu_us_per_measurement": ingest_pg_us,
+        "copy_postgres_cpu_us_per_measurement": copy_pg_us,
+        "cpu_us_per_measurement_at_half_copy_rate": round(
+            (os.cpu_count() or 1) * 1e6 / (0.5 * measurements / copy_s), 1
+        ),
         "load_avg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "copy_s": round(copy_s, 3),
         "config": asdict(config),
