@@ -54,10 +54,12 @@ def _bodies(runs: list[ProbeRun], config: IngestBenchConfig) -> list[bytes]:
     return bodies
 
 
-def time_raw_copy(url: str, plan: IngestPlan) -> float:
-    """Return the seconds one transaction takes to COPY the plan's rows into the tables."""
+def time_raw_copy(url: str, plan: IngestPlan) -> tuple[float, float | None]:
+    """Return the seconds one transaction takes to COPY the plan's rows into the tables, and
+    the CPU seconds this machine's Postgres spent meanwhile (None when it cannot be read)."""
     measurement_rows = list(plan.measurement_rows())
     with psycopg.connect(libpq_url(url)) as conn:
+        pg_before = _postgres_cpu_seconds()  # read while the connection's backend lives
         started = time.perf_counter()
         repository.copy_rows(conn, "hardware", repository.HARDWARE_COLUMNS, plan.hardware.values())
         repository.copy_rows(conn, "problems", repository.PROBLEM_COLUMNS, plan.problems.values())
@@ -68,9 +70,11 @@ def time_raw_copy(url: str, plan: IngestPlan) -> float:
         repository.copy_measurements(conn, measurement_rows)
         conn.commit()
         elapsed = time.perf_counter() - started
+        pg_after = _postgres_cpu_seconds()
         repository.truncate_ingested(conn)
         conn.commit()
-    return elapsed
+    pg_cpu = None if pg_before is None or pg_after is None else pg_after - pg_before
+    return elapsed, pg_cpu
 
 
 def time_http_ingest(
@@ -171,9 +175,8 @@ def run_ingest_bench(
         engine.dispose()
         plan = IngestPlan.from_batch(ProbeRunBatch.model_construct(runs=runs), org_id=org_id)
         say(f"raw COPY of {measurements} measurements")
-        pg_before = _postgres_cpu_seconds()
-        copy_s = time_raw_copy(url, plan)
-        copy_pg_us = _per_measurement_us(pg_before, _postgres_cpu_seconds(), measurements)
+        copy_s, copy_pg_s = time_raw_copy(url, plan)
+        copy_pg_us = None if copy_pg_s is None else round(copy_pg_s / measurements * 1e6, 1)
         say(f"HTTP ingest with {config.clients} clients, {len(bodies)} batches")
         load_before = os.getloadavg()[0]
         with running_service(url, workers=config.workers) as service:

@@ -49,6 +49,7 @@ def test_bench_ingest_reports_both_rates(postgres_server_url: str) -> None:
     assert result["ratio"] == round(result["ingest_per_s"] / result["copy_per_s"], 3)
     assert 60 * 8 <= result["measurements"] <= 60 * 64
     for key in ("postgres_cpu_us_per_measurement", "copy_postgres_cpu_us_per_measurement"):
-        assert result[key] is None or result[key] > 0, key  # None: no readable local Postgres
+        # None: no readable local Postgres; 0.0 is possible, CPU times tick every 10 ms
+        assert result[key] is None or result[key] >= 0, key
     budget = result["cpu_us_per_measurement_at_half_copy_rate"]
     assert budget == pytest.approx(2e6 * result["cpus"] / result["copy_per_s"], rel=0.01)
