@@ -39,10 +39,11 @@ CONFIGS: dict[str, list[tuple[int, int, int, int, int, int, int]]] = {
     ],
     "large": [(256, 128, 64, 8, 8, 3, 1), (128, 128, 64, 8, 8, 4, 1), (128, 256, 64, 8, 8, 3, 1)],
 }
-# The GEMV kernel for single-row products (decode). In the sweep of the suite's products of
-# at most 8 rows (benchmarks/gemm_h200_gemv.py) this configuration was the GEMV's best on 9
-# of the 11 single-row shapes and beat cuBLAS on 1x4096x4096 (1.07x); with more rows the
-# CUDA cores cannot keep up with the memory and it lost 2-6x, so only M = 1 is offered it.
+# The GEMV kernel for products of a few rows (decode). In the sweep of the suite's products of
+# at most 8 rows (benchmarks/gemm_h200_gemv.py) this configuration was its best on 9 of the 11
+# single-row shapes, but it beat cuBLAS on one of them only (1x4096x4096, 1.07x), and with more
+# rows the CUDA cores cannot keep up with the memory (2-6x slower). So it is not offered: the
+# provider runs it when a candidate names it (`"kernel": "gemv"`), as priors from the fleet may.
 GEMV_PARAMS = {"kernel": "gemv", "BLOCK_N": 8, "BLOCK_K": 1024, "num_warps": 4}
 # How many of them to offer. In that sweep Triton came within 5% of cuBLAS only for
 # M <= 64, and lost 18-37% above it: slots it cannot use go to the other providers.
@@ -160,13 +161,10 @@ class TritonGemmProvider:
             for c in CONFIGS[kind]
         )
         fits = [(c, split) for c, split in fitted if smem_bytes(c, problem.dtype) <= limit_bytes]
-        offered = [
+        return [
             Candidate(backend=self.backend, params=as_params(c, split))
             for c, split in fits[: min(limit, OFFERED[kind])]
         ]
-        if problem.dims["m"] == 1 and unbatched and len(offered) < limit:
-            offered.append(Candidate(backend=self.backend, params=GEMV_PARAMS))
-        return offered
 
     def prepare(
         self, candidate: Candidate, problem: ProblemKey, operands: Any, device: Device

@@ -6,7 +6,7 @@ from agents.ops.gemm import GemmOp, gemm_operands
 from agents.probe.device import Device
 from agents.providers.cublaslt import _plain, diversify
 from agents.providers.padded import PaddedProvider, is_aligned
-from agents.providers.triton_gemm import CONFIGS, GEMV_PARAMS, TritonGemmProvider, fit, smem_bytes
+from agents.providers.triton_gemm import CONFIGS, fit, smem_bytes
 from agents.providers.tunableop import TunableOpProvider, find_solution
 from agents.tunableop_csv import read_file
 from tps.candidate import Candidate
@@ -65,20 +65,6 @@ def test_cublaslt_short_list_tries_one_of_each_kind_first():
     order = diversify(ranked)
     assert order[:3] == [ranked[0], ranked[2], ranked[3]] and order[3] == ranked[1]
     assert _plain((1, 2, 1)) == "1x2x1" and _plain(True) is True
-
-
-def test_triton_offers_the_gemv_kernel_to_single_row_products_only():
-    provider = TritonGemmProvider(smem_limit=232_448)
-    gpu = Device(kind="cuda")
-
-    def offered(m, batch=1, limit=8):
-        dims = {"m": m, "n": 4096, "k": 4096, "batch": batch}
-        problem = ProblemKey(op="gemm", dtype="bf16", dims=dims, trans_b=True)
-        return [c.params for c in provider.candidates(problem, gpu, limit=limit)]
-
-    assert GEMV_PARAMS in offered(1)
-    assert all(p.get("kernel") != "gemv" for p in offered(2) + offered(1, batch=4))
-    assert len(offered(1, limit=2)) == 2 and GEMV_PARAMS not in offered(1, limit=2)
 
 
 def test_triton_configs_shrink_to_fit_shared_memory():
