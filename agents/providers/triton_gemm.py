@@ -51,7 +51,9 @@ OFFERED = {"skinny": 3, "small": 2, "large": 1}
 
 
 def _int_param(candidate: Candidate, name: str, default: int) -> int:
-    value = candidate.params.get(name, default)
+    value = candidate.params.get(name)
+    if value is None:
+        return default
     if not isinstance(value, int) or isinstance(value, bool):
         raise CandidateError(f"{candidate.label()}: {name} must be an integer, got {value!r}")
     return value

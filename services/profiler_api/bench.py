@@ -70,10 +70,9 @@ def time_raw_copy(url: str, plan: IngestPlan) -> tuple[float, float | None]:
         repository.copy_measurements(conn, measurement_rows)
         conn.commit()
         elapsed = time.perf_counter() - started
-        pg_after = _postgres_cpu_seconds()
+        pg_cpu = _postgres_cpu_since(pg_before)
         repository.truncate_ingested(conn)
         conn.commit()
-    pg_cpu = None if pg_before is None or pg_after is None else pg_after - pg_before
     return elapsed, pg_cpu
 
 
@@ -142,10 +141,14 @@ def _postgres_cpu_seconds() -> float | None:
     return total if seen else None
 
 
-def _per_measurement_us(before: float | None, after: float | None, count: int) -> float | None:
-    if before is None or after is None:
-        return None
-    return round((after - before) / count * 1e6, 1)
+def _postgres_cpu_since(before: float | None) -> float | None:
+    """Return the Postgres CPU seconds spent since the reading `before` (None if unreadable)."""
+    after = _postgres_cpu_seconds()
+    return None if before is None or after is None else after - before
+
+
+def _us_per(seconds: float | None, count: int) -> float | None:
+    return None if seconds is None else round(seconds / count * 1e6, 1)
 
 
 def run_ingest_bench(
@@ -176,7 +179,6 @@ def run_ingest_bench(
         plan = IngestPlan.from_batch(ProbeRunBatch.model_construct(runs=runs), org_id=org_id)
         say(f"raw COPY of {measurements} measurements")
         copy_s, copy_pg_s = time_raw_copy(url, plan)
-        copy_pg_us = None if copy_pg_s is None else round(copy_pg_s / measurements * 1e6, 1)
         say(f"HTTP ingest with {config.clients} clients, {len(bodies)} batches")
         load_before = os.getloadavg()[0]
         with running_service(url, workers=config.workers) as service:
@@ -189,7 +191,7 @@ def run_ingest_bench(
                 service.base_url, token, bodies, clients=config.clients, gzip=config.gzip
             )
             service_cpu_s = _cpu_seconds(service.pid) - cpu_before
-            ingest_pg_us = _per_measurement_us(pg_before, _postgres_cpu_seconds(), measurements)
+            ingest_pg_s = _postgres_cpu_since(pg_before)
         with psycopg.connect(libpq_url(url)) as conn:
             stored = conn.execute("SELECT count(*) FROM measurements").fetchone()
             server_version = conn.info.server_version
@@ -207,12 +209,12 @@ def run_ingest_bench(
         "body_mib": round(sum(map(len, bodies)) / 2**20, 1),
         "http_s": round(http_s, 3),
         # Where the time goes: the service's CPU per measurement, and how busy the box was.
-        "service_cpu_us_per_measurement": round(service_cpu_s / measurements * 1e6, 1),
+        "service_cpu_us_per_measurement": _us_per(service_cpu_s, measurements),
         # Postgres's own CPU per measurement (every local Postgres process; None if remote),
         # during the HTTP phase and during the raw COPY; and what the ratio goal allows in all
         # (both phases' CPU on every core of the box, at half the COPY's rate).
-        "postgres_cpu_us_per_measurement": ingest_pg_us,
-        "copy_postgres_cpu_us_per_measurement": copy_pg_us,
+        "postgres_cpu_us_per_measurement": _us_per(ingest_pg_s, measurements),
+        "copy_postgres_cpu_us_per_measurement": _us_per(copy_pg_s, measurements),
         "cpu_us_per_measurement_at_half_copy_rate": round(
             (os.cpu_count() or 1) * 1e6 / (0.5 * measurements / copy_s), 1
         ),
