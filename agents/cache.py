@@ -89,6 +89,37 @@ class ProbeCache:
                 return entry
         return None
 
+    def lookup(
+        self, problem: ProblemKey, hardware: HardwareSpec
+    ) -> tuple[CacheEntry | None, bool]:
+        """Return (entry, stale): this software's entry, or the newest from other versions.
+
+        A stale entry is a winner measured under another driver, BLAS, torch or Triton:
+        the caller re-validates it before use rather than trusting or dropping it.
+        """
+        entry = self.get(problem, hardware)
+        if entry is not None:
+            return entry, False
+        fingerprint = hardware.fingerprint()
+        for candidate in reversed(self._entries.values()):
+            if candidate.hardware_fingerprint == fingerprint and candidate.problem == problem:
+                return candidate, True
+        return None, False
+
+    def forget(self, problem: ProblemKey, hardware: HardwareSpec, candidate: Candidate) -> bool:
+        """Drop every entry of (problem, hardware) won by `candidate`; return whether any was."""
+        fingerprint = hardware.fingerprint()
+        doomed = [
+            key
+            for key, e in self._entries.items()
+            if e.problem == problem
+            and e.winner.id == candidate.id
+            and e.hardware_fingerprint in (fingerprint, IMPORTED)
+        ]
+        for key in doomed:
+            del self._entries[key]
+        return bool(doomed)
+
     def put(self, run: ProbeRun) -> CacheEntry | None:
         """Remember a probe's winner; a run without a winner changes nothing."""
         if run.winner_id is None:

@@ -142,3 +142,17 @@ class Prior(Strict):
     source: PriorSource | None = None
     candidates: list[PriorCandidate] = Field(default_factory=list)
     reason: str | None = None
+
+
+class PriorBatchRequest(Strict):
+    """Ask for the priors of many problems on one piece of hardware (a model's warm start)."""
+
+    hardware: HardwareSpec
+    problems: list[ProblemKey] = Field(min_length=1, max_length=256)
+    limit: int = Field(default=8, ge=1, le=64)
+
+
+class PriorBatch(Strict):
+    """One prior per problem asked, in the order asked."""
+
+    priors: list[Prior]

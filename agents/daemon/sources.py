@@ -22,9 +22,17 @@ SHAPE_COLUMNS = ("m", "n", "k")
 TUNABLEOP_PREFIXES = ("Gemm", "ScaledGemm")
 
 
-def read_shape_csv(path: Path, *, dtype: Dtype) -> list[ProblemKey]:
-    """Read a shape list: one GEMM per row, `trans_b` optional (default 1, as in nn.Linear)."""
-    problems = []
+LAYOUT_COLUMNS = ("lda", "ldb", "ldc", "stride_a", "stride_b")
+
+
+def read_shape_rows(path: Path, *, dtype: Dtype) -> list[tuple[ProblemKey, int]]:
+    """Read a shape list as (problem, count) rows; `count` is 1 where the file has none.
+
+    Beyond `m,n,k`: `trans_b` (default 1, as in nn.Linear), `trans_a`, `dtype`, `batch`,
+    leading dimensions and batch strides (blank for packed), and `count`, the calls a
+    recorded program made (files written by the runtime's record mode).
+    """
+    rows: list[tuple[ProblemKey, int]] = []
     with path.open(newline="") as f:
         reader = csv.DictReader(f)
         header = [c.strip() for c in reader.fieldnames or ()]
@@ -36,18 +44,24 @@ def read_shape_csv(path: Path, *, dtype: Dtype) -> list[ProblemKey]:
                 dims = {c: int(row[c]) for c in SHAPE_COLUMNS}
                 if "batch" in row and row["batch"] and int(row["batch"]) > 1:
                     dims["batch"] = int(row["batch"])
-                problems.append(
-                    ProblemKey(
-                        op="gemm",
-                        dtype=row.get("dtype") or dtype,  # type: ignore[arg-type]
-                        dims=dims,
-                        trans_a=_flag(row.get("trans_a", "0")),
-                        trans_b=_flag(row.get("trans_b", "1")),
-                    )
+                layout = {c: int(row[c]) for c in LAYOUT_COLUMNS if row.get(c)}
+                problem = ProblemKey(
+                    op="gemm",
+                    dtype=row.get("dtype") or dtype,  # type: ignore[arg-type]
+                    dims=dims,
+                    trans_a=_flag(row.get("trans_a", "0")),
+                    trans_b=_flag(row.get("trans_b", "1")),
+                    **layout,  # type: ignore[arg-type]
                 )
+                rows.append((problem, int(row.get("count") or 1)))
             except ValueError as exc:
                 log.warning("%s line %d skipped: %s", path.name, line, exc)
-    return problems
+    return rows
+
+
+def read_shape_csv(path: Path, *, dtype: Dtype) -> list[ProblemKey]:
+    """Read a shape list: one GEMM per row, in file order (see `read_shape_rows`)."""
+    return [problem for problem, _ in read_shape_rows(path, dtype=dtype)]
 
 
 def _flag(value: str) -> bool:

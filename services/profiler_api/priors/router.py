@@ -9,9 +9,10 @@ from fastapi import APIRouter, Depends, Query, Request
 from services.profiler_api.deps import AgentDep, MetricsDep, SessionDep
 from services.profiler_api.priors.service import PriorService
 from services.profiler_api.priors.sources import PriorQuery
-from tps.schemas import Prior, PriorRequest
+from tps.schemas import Prior, PriorBatch, PriorBatchRequest, PriorRequest
 
 router = APIRouter(prefix="/v1", tags=["priors"])
+OBSERVED = frozenset({"observed"})
 
 
 async def get_prior_service(request: Request) -> PriorService:
@@ -33,6 +34,32 @@ def post_priors(
     prior = priors.prior(session, PriorQuery.of(body.hardware, body.problem, limit=body.limit))
     metrics.priors.labels(prior.source or "none").inc()
     return prior
+
+
+@router.post(
+    "/priors/batch",
+    response_model=PriorBatch,
+    summary="Observed priors of many problems on one spec (a model's warm start)",
+)
+def post_priors_batch(
+    body: PriorBatchRequest,
+    session: SessionDep,
+    _: AgentDep,
+    priors: PriorServiceDep,
+    metrics: MetricsDep,
+) -> PriorBatch:
+    """Return, in the order asked, what the fleet measured for each problem on this hardware.
+
+    Only observed priors answer: a runtime that warm-starts a model dispatches measured
+    winners, and probes or keeps the default where the fleet has measured nothing.
+    """
+    answers = []
+    for problem in body.problems:
+        query = PriorQuery.of(body.hardware, problem, limit=body.limit)
+        prior = priors.prior(session, query, only=OBSERVED)
+        metrics.priors.labels(prior.source or "none").inc()
+        answers.append(prior)
+    return PriorBatch(priors=answers)
 
 
 @router.get("/priors", response_model=Prior, summary="Ranked candidates for known ids")

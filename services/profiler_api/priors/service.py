@@ -23,10 +23,17 @@ class PriorService:
     def __init__(self, sources: Sequence[PriorSource]) -> None:
         self.sources = list(sources)
 
-    def prior(self, session: Session, query: PriorQuery) -> Prior:
-        """Return ranked candidates for `query`, or an empty prior with every source's reason."""
+    def prior(
+        self, session: Session, query: PriorQuery, *, only: frozenset[str] | None = None
+    ) -> Prior:
+        """Return ranked candidates for `query`, or an empty prior with every source's reason.
+
+        With `only`, ask just the sources of those names (a warm start wants measurements).
+        """
         reasons = []
         for source in self.sources:
+            if only is not None and source.name not in only:
+                continue
             prior = source.rank(session, query)
             if prior.candidates:
                 return prior

@@ -1,0 +1,128 @@
+"""The runtime: a PyTorch program runs the fleet's winners, with two lines.
+
+    from agents import runtime as tps_runtime
+
+    with tps_runtime.tuned(mode="dispatch"):      # or: tps_runtime.tune(model)
+        model(inputs)
+
+`dispatch` runs cached winners and the default elsewhere; `record` also writes the
+problems the program ran, with counts, to a shape list that `tps agent run` probes
+later; `tune` probes a miss at once (within the probe budget) and then dispatches it.
+With `service=`, a host with an empty cache asks the fleet once per model.
+"""
+
+from __future__ import annotations
+
+import logging
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from agents.cache import ProbeCache
+from agents.runtime.dispatch import AdmissionSettings, Mode, Route, Runtime, RuntimeStats
+from agents.runtime.session import RuntimeSession, open_session
+
+__all__ = [
+    "AdmissionSettings",
+    "Mode",
+    "Route",
+    "Runtime",
+    "RuntimeSession",
+    "RuntimeStats",
+    "open_session",
+    "tune",
+    "tuned",
+    "untune",
+]
+
+log = logging.getLogger("agents.runtime")
+
+
+@contextmanager
+def tuned(session: RuntimeSession | None = None, **options: Any) -> Iterator[RuntimeSession]:
+    """Route torch's product functions through a runtime while the block runs.
+
+    Give an open `session`, or the options of `open_session` (device, cache, mode,
+    record, service, token, ...). On exit the cache is saved and, in record mode, the
+    recorded problems are merged into the record file.
+    """
+    from agents.runtime import patching
+
+    own = session is None
+    session = session or open_session(**options)
+    patching.activate(session.runtime)
+    try:
+        yield session
+    finally:
+        patching.deactivate()
+        if own:
+            session.close()
+
+
+def tune(model: Any, session: RuntimeSession | None = None, **options: Any) -> RuntimeSession:
+    """Route `model`'s linear layers (nn.Linear and GPT-2's Conv1D) through a runtime.
+
+    Nothing in torch is swapped: each layer's forward goes through the runtime, also
+    inside torch.compile. With a service, the first forward's misses are asked of the
+    fleet in one request after it returns. `untune(model)` undoes it.
+    """
+    import torch
+
+    from agents.runtime import patching
+
+    session = session or open_session(**options)
+    rt = session.runtime
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.forward = types.MethodType(_linear_forward(rt), module)
+        elif _is_conv1d(module):
+            module.forward = types.MethodType(_conv1d_forward(rt), module)
+    if session.fleet is not None:
+        state: dict[str, Any] = {}
+
+        def after_first_forward(*_: Any) -> None:
+            state["hook"].remove()
+            session.warm_start()
+
+        state["hook"] = model.register_forward_hook(after_first_forward)
+    del patching
+    return session
+
+
+def untune(model: Any) -> None:
+    """Give `model`'s layers their own forward back."""
+    for module in model.modules():
+        if "forward" in vars(module):
+            del module.forward
+
+
+def _is_conv1d(module: Any) -> bool:
+    # transformers' Conv1D: y = addmm(bias, x, W) with W stored [in, out].
+    return type(module).__name__ == "Conv1D" and hasattr(module, "nf")
+
+
+def _linear_forward(rt: Runtime) -> Any:
+    from agents.runtime.patching import linear_with
+
+    def forward(self: Any, input: Any) -> Any:
+        return linear_with(rt, input, self.weight, self.bias)
+
+    return forward
+
+
+def _conv1d_forward(rt: Runtime) -> Any:
+    from agents.runtime.patching import addmm_with
+
+    def forward(self: Any, x: Any) -> Any:
+        a = x.view(-1, x.size(-1))
+        return addmm_with(rt, self.bias, a, self.weight).view(*x.shape[:-1], self.nf)
+
+    return forward
+
+
+def load_cache(cache: str | Path | ProbeCache | None) -> ProbeCache | None:
+    if cache is None or isinstance(cache, ProbeCache):
+        return cache
+    return ProbeCache.load(cache)

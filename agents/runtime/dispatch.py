@@ -1,0 +1,403 @@
+"""The runtime: route each product a program runs to its cached winner, or to the default.
+
+A route is resolved once per call signature (op, dtype, shapes, strides) and kept, so a
+hit costs a tuple and a dict lookup before the winner launches. Nothing is dispatched
+on trust: a winner runs only after it was checked against a float64 reference and beat
+the default head to head on this host, by the engine's margin, called the way the
+program calls it (launches from Python, host time included). It is checked once more
+against the default on the program's first real operands; a winner that raises or
+answers wrong at run time goes back to the default for good, and is banned.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from agents.bans import BanList
+from agents.cache import CacheEntry, ProbeCache
+from agents.ops import TOLERANCE, relative_error
+from agents.probe.device import Device
+from agents.probe.sampling import interleaved
+from agents.probe.timers import TIMERS, Timer
+from agents.providers.base import Kernel, Provider
+from agents.runtime.keys import gemm_problem
+from agents.runtime.runners import Runner, make_runner
+from tps.candidate import VENDOR_DEFAULT, Candidate
+from tps.hardware import HardwareSpec
+from tps.problem import ProblemKey
+from tps.schemas import ProbeRun
+
+log = logging.getLogger("agents.runtime")
+
+
+class Mode(StrEnum):
+    """What a miss does: run the default (dispatch), also note it (record), or probe it (tune)."""
+
+    DISPATCH = "dispatch"
+    RECORD = "record"
+    TUNE = "tune"
+
+
+@dataclass(eq=False)
+class Route:
+    """Where calls of one signature go: a runner, or the default (runner None)."""
+
+    problem: ProblemKey | None
+    runner: Runner | None = None
+    candidate: Candidate | None = None
+    # How the choice was made, for logs and the bench ("hit", "miss", "near tie", ...).
+    reason: str = "miss"
+    # Calls still to compare with the default before the winner's output is trusted.
+    checks_left: int = 0
+    calls: int = 0
+    slot: int = -1
+    gain: float | None = None
+
+
+@dataclass
+class RuntimeStats:
+    """What the runtime did, for the program and the bench."""
+
+    hits: int = 0
+    misses: int = 0
+    probes: int = 0
+    near_ties: int = 0
+    faults: int = 0
+    revalidated: int = 0
+    fleet_winners: int = 0
+    admission_ms: float = 0.0
+    probe_s: float = 0.0
+
+
+ProbeFn = Callable[[ProblemKey], ProbeRun]
+
+
+@dataclass
+class AdmissionSettings:
+    """How a winner earns its place: margin over the default, head-to-head rounds and reps."""
+
+    min_gain: float = 0.01
+    rounds: int = 9
+    target_us: float = 2000.0
+    max_reps: int = 200
+    # The first calls on the program's own operands are compared with the default's output.
+    verify_calls: int = 1
+
+
+class Runtime:
+    """Route products to the winners of a probe cache on one device.
+
+    Everything it touches is injected: the cache, the device and its hardware spec, the
+    providers by backend, the ban list, the probe (tune mode) and the timer, so that
+    tests run it on the CPU with CPU providers.
+    """
+
+    def __init__(
+        self,
+        *,
+        cache: ProbeCache,
+        device: Device,
+        hardware: HardwareSpec,
+        providers: Mapping[str, Provider],
+        mode: Mode = Mode.DISPATCH,
+        bans: BanList | None = None,
+        probe: ProbeFn | None = None,
+        on_probe: Callable[[ProbeRun], None] | None = None,
+        timer: Timer | None = None,
+        admission: AdmissionSettings | None = None,
+        default: Callable[[Any, Any], Any] | None = None,
+    ) -> None:
+        if mode is Mode.TUNE and probe is None:
+            raise ValueError("tune mode needs a probe to run on a miss")
+        self.cache = cache
+        self.device = device
+        self.hardware = hardware
+        self.providers = dict(providers)
+        self.mode = Mode(mode)
+        self.bans = bans if bans is not None else BanList()
+        self.probe = probe
+        self.on_probe = on_probe
+        self.timer = timer
+        self.admission = admission or AdmissionSettings()
+        self.default = default or _torch_matmul
+        self.stats = RuntimeStats()
+        self.routes: dict[tuple[Any, ...], Route] = {}
+        # Routes a compiled graph names by number (the custom op's `slot` argument).
+        self.slots: list[Route] = []
+        self._logged: set[tuple[str, str]] = set()
+        # Set while a fleet warm start is pending: misses wait for it instead of probing.
+        self.defer_probes = False
+        # One decision per problem, shared by every call signature that names it.
+        self._decided: dict[str, Route] = {}
+        from agents.runtime.patching import STATE, register
+
+        self._state = STATE
+        # Compiled graphs name this runtime by number: registered here, never while tracing.
+        self.index = register(self)
+
+    # -- the hot path ----------------------------------------------------------------------
+    def run(self, route: Route, a: Any, b: Any, default: Callable[[], Any]) -> Any:
+        """Run the route's winner on A and B; on any fault, run `default()` and stop using it."""
+        runner = route.runner
+        assert runner is not None
+        state = self._state
+        saved, state.active = state.active, None  # the runner's own torch calls run as they are
+        try:
+            out = runner(a, b)
+        except Exception as exc:
+            self.fault(route, f"raised {type(exc).__name__}: {exc}")
+            return default()
+        finally:
+            state.active = saved
+        if route.checks_left <= 0:
+            return out
+        return self._verify(route, out, default)
+
+    def product(self, a: Any, b: Any) -> Any:
+        """Return A @ B for logical views, through the cache: the backward products' way in."""
+        sig = ("product", a.dtype, _tf32(a), a.device, a.shape, a.stride(), b.shape, b.stride())
+        route = self.routes.get(sig) or self.resolve(sig, a, b)
+        route.calls += 1
+        if route.runner is None:
+            return self.default(a, b)
+        return self.run(route, a, b, lambda: self.default(a, b))
+
+    # -- resolving a signature once ------------------------------------------------------------
+    def resolve(self, sig: tuple[Any, ...], a: Any, b: Any) -> Route:
+        """Find where calls of `sig` go, and keep the answer (except during graph capture)."""
+        from agents.runtime.patching import suspended
+
+        problem = gemm_problem(a, b, tf32=_tf32(a))
+        with suspended():  # probes and admission call torch's own products
+            route = self.decide(problem, capturing=_capturing(a))
+        if route is not None:
+            self.routes[sig] = route
+            return route
+        return Route(problem=problem, reason="unresolved during graph capture")
+
+    def decide(self, problem: ProblemKey | None, *, capturing: bool) -> Route | None:
+        """Return the route of `problem`, deciding it once; None if it must wait (capture)."""
+        if problem is None:
+            return Route(problem=None, reason="not a GEMM TPS models")
+        key = problem.key_hash()
+        route = self._decided.get(key)
+        if route is None:
+            route = self._resolve_problem(problem, capturing=capturing)
+            if route is not None:
+                self._decided[key] = route
+        return route
+
+    def forget(self, problems: set[str] | None = None, *, misses: bool = False) -> None:
+        """Decide again the problems of these hashes (and every miss, with `misses`)."""
+        for sig, route in list(self.routes.items()):
+            key = route.problem.key_hash() if route.problem is not None else None
+            if (problems and key in problems) or (misses and route.reason == "miss"):
+                del self.routes[sig]
+                self._decided.pop(key or "", None)
+
+    def _resolve_problem(self, problem: ProblemKey, *, capturing: bool) -> Route | None:
+        entry, stale = self.cache.lookup(problem, self.hardware)
+        if entry is None and self.mode is Mode.TUNE and not self.defer_probes:
+            if capturing:
+                return None  # no probing inside a capture: decide on a later eager call
+            entry, stale = self._tune(problem), False
+        if entry is None:
+            self.stats.misses += 1
+            return Route(problem=problem, reason="miss")
+        if capturing:
+            return None  # admission times and synchronizes: not inside a capture
+        return self.admit(problem, entry, stale=stale)
+
+    def _tune(self, problem: ProblemKey) -> CacheEntry | None:
+        import time
+
+        assert self.probe is not None
+        start = time.perf_counter()
+        try:
+            run = self.probe(problem)
+        except Exception as exc:
+            log.warning("probe of %s failed: %s", problem.canonical(), exc)
+            return None
+        finally:
+            self.stats.probe_s += time.perf_counter() - start
+        self.stats.probes += 1
+        if self.on_probe is not None:
+            self.on_probe(run)
+        entry = self.cache.put(run)
+        if self.cache.path is not None:
+            self.cache.save()
+        return entry
+
+    # -- admission: validation and head to head ----------------------------------------------
+    def admit(self, problem: ProblemKey, entry: CacheEntry, *, stale: bool = False) -> Route:
+        """Check a cached winner on this host and return its route (the default's if it fails)."""
+        import time
+
+        candidate = entry.winner
+        if candidate.id == VENDOR_DEFAULT.id:
+            self.stats.hits += 1
+            return Route(problem=problem, reason="hit: the default won")
+        ban = self.bans.is_banned(self.hardware, problem, candidate)
+        if ban is not None:
+            return Route(problem=problem, reason=f"banned: {ban.reason}")
+        start = time.perf_counter()
+        try:
+            route = self._admit(problem, candidate, stale=stale)
+        finally:
+            self.stats.admission_ms += (time.perf_counter() - start) * 1e3
+        if route.runner is not None:
+            self.stats.hits += 1
+            if stale:
+                self.stats.revalidated += 1
+                self.cache.merge([_rekeyed(entry, self.hardware)])
+                if self.cache.path is not None:
+                    self.cache.save()
+        return route
+
+    def _admit(self, problem: ProblemKey, candidate: Candidate, *, stale: bool) -> Route:
+        from agents.ops.gemm import GemmOp, gemm_operands
+
+        try:
+            runner = make_runner(
+                candidate,
+                problem,
+                device=self.device,
+                provider=self.providers.get(candidate.backend),
+            )
+        except (LookupError, ValueError) as exc:
+            return Route(problem=problem, reason=f"cannot run {candidate.label()}: {exc}")
+        operands = gemm_operands(problem, self.device.torch_device, seed=1)
+        op = GemmOp()
+        try:
+            out = runner(operands.a, operands.b)
+            self.device.synchronize()
+            check = op.check(problem, operands, out)
+        except Exception as exc:
+            self.fault_candidate(problem, candidate, f"raised {type(exc).__name__}: {exc}")
+            return Route(problem=problem, reason=f"{candidate.label()} raised")
+        if not check.ok:
+            self.fault_candidate(problem, candidate, f"wrong result: {check.reason()}")
+            return Route(problem=problem, reason=f"{candidate.label()} gave a wrong result")
+        gain = self._head_to_head(operands, runner)
+        what = "re-validated after a version change" if stale else "hit"
+        if gain < self.admission.min_gain:
+            self.stats.near_ties += 1
+            return Route(
+                problem=problem,
+                candidate=candidate,
+                gain=gain,
+                reason=f"near tie: {candidate.label()} gained {gain:+.1%} head to head",
+            )
+        return Route(
+            problem=problem,
+            runner=runner,
+            candidate=candidate,
+            gain=gain,
+            reason=f"{what}: {candidate.label()} {gain:+.1%} head to head",
+            checks_left=self.admission.verify_calls,
+        )
+
+    def _head_to_head(self, operands: Any, runner: Runner) -> float:
+        """Time the default and the winner in alternation, called as the program calls them."""
+        a, b = operands.a, operands.b
+        timer = self.timer or _eager_timer(self.device)
+        kernels = [
+            Kernel(candidate=VENDOR_DEFAULT, run=lambda: self.default(a, b), graphable=False),
+            Kernel(candidate=VENDOR_DEFAULT, run=lambda: runner(a, b), graphable=False),
+        ]
+        estimates = timer.estimate_us(kernels)
+        s = self.admission
+        reps = max(1, min(s.max_reps, int(s.target_us / max(max(estimates), 1e-3))))
+        armed = [timer.arm(k, reps) for k in kernels]
+        rows = timer.sample_rounds(armed, [interleaved([0, 1], r) for r in range(s.rounds)])
+        default_us = statistics.median(row[0] for row in rows)
+        winner_us = statistics.median(row[1] for row in rows)
+        return default_us / winner_us - 1
+
+    # -- faults ------------------------------------------------------------------------------
+    def _verify(self, route: Route, out: Any, default: Callable[[], Any]) -> Any:
+        """Compare the winner's output with the default's; on a mismatch return the default's."""
+        expected = default()
+        assert route.problem is not None
+        tolerance = TOLERANCE[route.problem.dtype]
+        err = relative_error(out.detach(), expected.detach().double())
+        if err > tolerance:
+            reason = "NaN or Inf" if err == float("inf") else f"relative error {err:.2e}"
+            self.fault(route, f"wrong result on the program's operands: {reason}")
+            return expected
+        route.checks_left -= 1
+        return out
+
+    def fault(self, route: Route, reason: str) -> None:
+        """Send this route to the default for good; ban its candidate and say so once."""
+        candidate, problem = route.candidate, route.problem
+        route.runner = None
+        route.reason = f"fault: {reason}"
+        if candidate is not None and problem is not None:
+            self.fault_candidate(problem, candidate, reason)
+
+    def fault_candidate(self, problem: ProblemKey, candidate: Candidate, reason: str) -> None:
+        self.stats.faults += 1
+        self.bans.ban(self.hardware, problem, candidate, reason)
+        if self.cache.forget(problem, self.hardware, candidate) and self.cache.path is not None:
+            self.cache.save()
+        key = (problem.key_hash(), candidate.id)
+        if key not in self._logged:
+            self._logged.add(key)
+            log.warning(
+                "%s on %s falls back to the default: %s",
+                candidate.label(),
+                problem.canonical(),
+                reason[:300],
+            )
+
+    # -- what was seen -----------------------------------------------------------------------
+    def problems(self) -> list[tuple[ProblemKey, int]]:
+        """Return each product's problem with how many calls it had, most called first."""
+        routes = {id(r): r for r in self.routes.values() if r.problem is not None}
+        counted = [(r.problem, r.calls) for r in routes.values()]
+        return sorted(counted, key=lambda pc: -pc[1])  # type: ignore[return-value]
+
+    def decisions(self) -> list[Route]:
+        """Return one route per problem seen."""
+        return [r for r in {id(r): r for r in self.routes.values()}.values() if r.problem]
+
+
+def _rekeyed(entry: CacheEntry, hardware: HardwareSpec) -> CacheEntry:
+    return entry.model_copy(
+        update={
+            "software_key": hardware.software_key(),
+            "torch_version": hardware.torch_version,
+            "blas_version": hardware.blas_version,
+            "source": "revalidated",
+        }
+    )
+
+
+def _torch_matmul(a: Any, b: Any) -> Any:
+    from agents.runtime import patching
+
+    return patching.ORIGINAL["matmul"](a, b)
+
+
+def _tf32(a: Any) -> bool:
+    import torch
+
+    return bool(a.dtype is torch.float32 and a.is_cuda and torch.backends.cuda.matmul.allow_tf32)
+
+
+def _capturing(a: Any) -> bool:
+    import torch
+
+    return bool(a.is_cuda and torch.cuda.is_current_stream_capturing())
+
+
+def _eager_timer(device: Device) -> Timer:
+    if device.is_gpu:
+        return TIMERS.create("cuda-graph", stream=device.stream, warmup=2, use_graphs=False)
+    return TIMERS.create("cpu")

@@ -1,0 +1,271 @@
+"""The program's way in: torch's product functions, routed through the active runtime.
+
+`tuned()` swaps `torch.nn.functional.linear`, `torch.mm`, `torch.matmul`, `torch.addmm`,
+`torch.bmm` and `Tensor.__matmul__` for routing versions while it is open (process-wide,
+as PyTorch TunableOp's switch is); `tune(model)` routes a module's linear layers without
+touching torch. With no runtime active, or for calls TPS does not model (an `out=`
+argument, scaled addmm, tensor subclasses), the original function runs untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from agents.runtime import ops
+from agents.runtime.dispatch import Route, Runtime
+
+ORIGINAL: dict[str, Callable[..., Any]] = {
+    "linear": F.linear,
+    "mm": torch.mm,
+    "matmul": torch.matmul,
+    "addmm": torch.addmm,
+    "bmm": torch.bmm,
+    "__matmul__": torch.Tensor.__matmul__,
+}
+_linear, _mm, _matmul = ORIGINAL["linear"], ORIGINAL["mm"], ORIGINAL["matmul"]
+_addmm, _bmm = ORIGINAL["addmm"], ORIGINAL["bmm"]
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_F32 = torch.float32
+_FLAGS = torch.backends.cuda.matmul
+_is_compiling = torch.compiler.is_compiling
+
+
+class _State:
+    """The runtime that routes calls now (the innermost `tuned()` block's)."""
+
+    active: Runtime | None = None
+    stack: list[Runtime | None] = []
+
+
+STATE = _State()
+
+
+@contextmanager
+def suspended() -> Iterator[None]:
+    """Route nothing while the block runs (a probe inside the runtime calls torch.mm too)."""
+    saved, STATE.active = STATE.active, None
+    try:
+        yield
+    finally:
+        STATE.active = saved
+
+
+def _plain(a: Any, b: Any) -> bool:
+    return type(a) in _PLAIN and type(b) in _PLAIN
+
+
+def _tf32(a: Any) -> bool:
+    return a.dtype is _F32 and a.is_cuda and _FLAGS.allow_tf32
+
+
+def _needs_grad(*tensors: Any) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+class _Product(torch.autograd.Function):
+    """A @ B whose backward products go through the runtime too: dA = dC B^T, dB = A^T dC."""
+
+    @staticmethod
+    def forward(ctx: Any, runtime: Runtime, route: Route, a: Any, b: Any) -> Any:
+        ctx.runtime = runtime
+        ctx.save_for_backward(a, b)
+        return runtime.run(route, a, b, lambda: _matmul(a, b))
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> tuple[Any, ...]:
+        runtime: Runtime = ctx.runtime
+        a, b = ctx.saved_tensors
+        ga = runtime.product(grad, b.mT) if ctx.needs_input_grad[2] else None
+        gb = runtime.product(a.mT, grad) if ctx.needs_input_grad[3] else None
+        return None, None, ga, gb
+
+
+def _dispatch(rt: Runtime, route: Route, a: Any, b: Any, bias: Any) -> Any:
+    """Run the route's winner on A, B (plus bias), with autograd where the program trains."""
+    if _needs_grad(a, b, bias):
+        out = _Product.apply(rt, route, a, b)
+        return out if bias is None else out + bias
+    out = rt.run(route, a, b, lambda: _matmul(a, b))
+    return out if bias is None else out.add_(bias)
+
+
+def route_product(
+    rt: Runtime | None, name: str, a: Any, b: Any, bias: Any, default: Callable[[], Any]
+) -> Any:
+    """Route C = A @ B (+ bias) for logical views A, B; `default()` runs the original call."""
+    if rt is None:
+        return default()
+    if _is_compiling():
+        out = traced_product(a, b, rt=rt, none_if_default=True)
+        if out is None:
+            return default()
+        return out if bias is None else out + bias
+    sig = (name, a.dtype, _tf32(a), a.device, a.shape, a.stride(), b.shape, b.stride())
+    route = rt.routes.get(sig) or rt.resolve(sig, a, b)
+    route.calls += 1
+    if route.runner is None:
+        return default()
+    return _dispatch(rt, route, a, b, bias)
+
+
+# -- the routing versions of torch's functions ------------------------------------------------
+def linear(input: Any, weight: Any, bias: Any = None) -> Any:
+    return linear_with(STATE.active, input, weight, bias)
+
+
+def linear_with(rt: Runtime | None, input: Any, weight: Any, bias: Any) -> Any:
+    """F.linear through `rt`: [.., K] @ W[N, K]^T as one GEMM of all leading rows."""
+    if rt is None or not _plain(input, weight) or input.dim() < 1 or weight.dim() != 2:
+        return _linear(input, weight, bias)
+    if _is_compiling():
+        return _linear_via(rt, input, weight, bias)
+    sig = ("linear", input.dtype, _tf32(input), input.device, input.shape, input.stride())
+    sig += (weight.shape, weight.stride(), bias is None)
+    route = rt.routes.get(sig)
+    if route is None:
+        route = rt.resolve(sig, input.reshape(-1, input.shape[-1]), weight.t())
+    route.calls += 1
+    if route.runner is None:
+        return _linear(input, weight, bias)
+    out = _dispatch(rt, route, input.reshape(-1, input.shape[-1]), weight.t(), bias)
+    return out.view(*input.shape[:-1], weight.shape[0])
+
+
+def _linear_via(rt: Runtime, input: Any, weight: Any, bias: Any) -> Any:
+    a = input.reshape(-1, input.shape[-1])
+    out = traced_product(a, weight.t(), rt=rt, none_if_default=True)
+    if out is None:
+        return _linear(input, weight, bias)
+    out = out if bias is None else out + bias
+    return out.view(*input.shape[:-1], weight.shape[0])
+
+
+def mm(input: Any, mat2: Any, *, out: Any = None) -> Any:
+    if out is not None or STATE.active is None or not _plain(input, mat2):
+        return _mm(input, mat2, out=out) if out is not None else _mm(input, mat2)
+    return route_product(STATE.active, "mm", input, mat2, None, lambda: _mm(input, mat2))
+
+
+def bmm(input: Any, mat2: Any, *, out: Any = None) -> Any:
+    if out is not None or STATE.active is None or not _plain(input, mat2):
+        return _bmm(input, mat2, out=out) if out is not None else _bmm(input, mat2)
+    return route_product(STATE.active, "bmm", input, mat2, None, lambda: _bmm(input, mat2))
+
+
+def addmm(
+    input: Any, mat1: Any, mat2: Any, *, beta: Any = 1, alpha: Any = 1, out: Any = None
+) -> Any:
+    plain = out is None and beta == 1 and alpha == 1 and _plain(mat1, mat2)
+    if not plain or STATE.active is None or type(input) not in _PLAIN:
+        kwargs = {"beta": beta, "alpha": alpha} | ({"out": out} if out is not None else {})
+        return _addmm(input, mat1, mat2, **kwargs)
+    return addmm_with(STATE.active, input, mat1, mat2)
+
+
+def addmm_with(rt: Runtime | None, bias: Any, a: Any, b: Any) -> Any:
+    """torch.addmm(bias, A, B) through `rt` (beta = alpha = 1)."""
+    return route_product(rt, "addmm", a, b, bias, lambda: _addmm(bias, a, b))
+
+
+def matmul(input: Any, other: Any, *, out: Any = None) -> Any:
+    if out is not None or STATE.active is None or not _plain(input, other):
+        return _matmul(input, other, out=out) if out is not None else _matmul(input, other)
+    da, db = input.dim(), other.dim()
+    if da == db and da in (2, 3):
+        return route_product(STATE.active, "matmul", input, other, None, lambda: _matmul(input, other))
+    if da > 2 and db == 2:
+        # [.., M, K] @ [K, N] is one GEMM of M * .. rows, as torch itself runs it.
+        a = input.reshape(-1, input.shape[-1])
+        flat = route_product(STATE.active, "matmul", a, other, None, lambda: _mm(a, other))
+        return flat.view(*input.shape[:-1], other.shape[-1])
+    return _matmul(input, other)
+
+
+def tensor_matmul(self: Any, other: Any) -> Any:
+    return matmul(self, other)
+
+
+ROUTING: dict[tuple[Any, str], Callable[..., Any]] = {
+    (F, "linear"): linear,
+    (torch, "mm"): mm,
+    (torch, "matmul"): matmul,
+    (torch, "addmm"): addmm,
+    (torch, "bmm"): bmm,
+    (torch.Tensor, "__matmul__"): tensor_matmul,
+}
+
+
+def activate(runtime: Runtime | None) -> None:
+    """Make `runtime` the one that routes calls, swapping torch's functions in once."""
+    if not STATE.stack:
+        for (owner, name), fn in ROUTING.items():
+            setattr(owner, name, fn)
+    STATE.stack.append(STATE.active)
+    STATE.active = runtime
+
+
+def deactivate() -> None:
+    """Restore the runtime active before; the last one out restores torch's functions."""
+    STATE.active = STATE.stack.pop()
+    if not STATE.stack:
+        for owner, name in ROUTING:
+            setattr(owner, name, ORIGINAL[name])
+
+
+# -- torch.compile ----------------------------------------------------------------------------
+@torch._dynamo.assume_constant_result
+def slot_for(key: tuple[Any, ...]) -> int:
+    """Resolve a product's route while tracing; return its slot, or -1 for the default."""
+    index, dtype, tf32, device, a_shape, a_stride, b_shape, b_stride = key
+    rt = RUNTIMES[index]
+    a = torch.empty_strided(a_shape, a_stride, dtype=_DTYPES[dtype], device="meta")
+    b = torch.empty_strided(b_shape, b_stride, dtype=_DTYPES[dtype], device="meta")
+    sig = ("traced", *key)
+    route = rt.routes.get(sig)
+    if route is None:
+        from agents.runtime.keys import gemm_problem
+
+        problem = gemm_problem(a, b, tf32=tf32)
+        with suspended():
+            route = rt.decide(problem, capturing=False) or Route(problem=problem)
+        rt.routes[sig] = route
+    if route.runner is None:
+        return -1
+    del device
+    return ops.add_slot(rt, route)
+
+
+_DTYPES = {str(d): d for d in (torch.bfloat16, torch.float16, torch.float32)}
+# Runtimes a compiled graph may name: a traced call's key holds its index here.
+RUNTIMES: list[Runtime] = []
+
+
+def register(rt: Runtime) -> int:
+    """Return the index of `rt` among the runtimes traced calls name."""
+    for i, known in enumerate(RUNTIMES):
+        if known is rt:
+            return i
+    RUNTIMES.append(rt)
+    return len(RUNTIMES) - 1
+
+
+def traced_product(a: Any, b: Any, *, rt: Runtime, none_if_default: bool = False) -> Any:
+    """Return A @ B through `tps::product` when a winner is routed, else the default product.
+
+    With `none_if_default`, return None instead of the default, for callers whose own
+    original call (a fused addmm, say) is the better default.
+    """
+    if str(a.dtype) not in _DTYPES:
+        return None if none_if_default else _matmul(a, b)
+    tf32 = bool(a.dtype is _F32 and a.device.type == "cuda" and _FLAGS.allow_tf32)
+    key = (rt.index, str(a.dtype), tf32, str(a.device), tuple(a.shape), tuple(a.stride()))
+    key += (tuple(b.shape), tuple(b.stride()))
+    slot = slot_for(key)
+    if slot < 0:
+        return None if none_if_default else _matmul(a, b)
+    return torch.ops.tps.product(a, b, slot)

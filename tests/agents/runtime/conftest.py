@@ -1,0 +1,117 @@
+"""Fixtures of the runtime's CPU tests: a real runtime on the CPU providers, fast admission."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents.bans import BanList
+from agents.cache import CacheEntry, ProbeCache
+from agents.probe.device import Device
+from agents.probe.hardware import detect_hardware
+from agents.providers import builtin
+from agents.providers.base import Kernel
+from agents.runtime import AdmissionSettings, Mode, Runtime
+from tests.agents.conftest import FAST
+from tps.candidate import Candidate
+from tps.hardware import HardwareSpec
+from tps.problem import ProblemKey
+
+# Admits any winner not 100x slower: tests of routing must not hang on timing.
+ANY_GAIN = AdmissionSettings(min_gain=-0.99, rounds=3, target_us=200.0, max_reps=5)
+
+
+class ScaledProvider:
+    """A test-only backend: the product times `scale`, or an error after `fail_after` calls."""
+
+    backend = "cpu-scaled"
+    ops = frozenset({"gemm"})
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def available(self, device: Device) -> bool:
+        return True
+
+    def candidates(self, problem: ProblemKey, device: Device, *, limit: int, operands: Any = None):
+        return []
+
+    def prepare(self, candidate: Candidate, problem: ProblemKey, operands: Any, device: Device):
+        import torch
+
+        scale = float(candidate.params.get("scale", 1.0))
+        fail_after = int(candidate.params.get("fail_after", -1))
+
+        def run() -> Any:
+            self.calls += 1
+            if 0 <= fail_after < self.calls:
+                raise RuntimeError("launch failed: an illegal memory access")
+            return torch.matmul(operands.a, operands.b) * scale
+
+        return Kernel(candidate=candidate, run=run, graphable=False)
+
+
+def scaled(**params: Any) -> Candidate:
+    return Candidate(backend="cpu-scaled", params=params)
+
+
+def entry_for(
+    problem: ProblemKey, hardware: HardwareSpec, winner: Candidate, **update: Any
+) -> CacheEntry:
+    fields: dict[str, Any] = {
+        "problem": problem,
+        "hardware_fingerprint": hardware.fingerprint(),
+        "software_key": hardware.software_key(),
+        "winner": winner,
+        "median_us": 1.0,
+        "default_us": 2.0,
+        "run_id": str(uuid.uuid4()),
+    }
+    return CacheEntry(**(fields | update))
+
+
+@pytest.fixture(scope="session")
+def cpu_device() -> Device:
+    return Device(kind="cpu", threads=1)
+
+
+@pytest.fixture(scope="session")
+def cpu_hardware(cpu_device: Device) -> HardwareSpec:
+    return detect_hardware(cpu_device)
+
+
+@pytest.fixture
+def make_runtime(
+    tmp_path: Path, cpu_device: Device, cpu_hardware: HardwareSpec
+) -> Callable[..., Runtime]:
+    """Build a real Runtime on the CPU providers plus the scaled test backend."""
+
+    def make(
+        *,
+        entries: list[CacheEntry] = (),  # type: ignore[assignment]
+        mode: Mode = Mode.DISPATCH,
+        admission: AdmissionSettings = ANY_GAIN,
+        probe: Any = None,
+    ) -> Runtime:
+        cache = ProbeCache(tmp_path / "cache.json")
+        cache.merge(list(entries))
+        providers: dict[str, Any] = {
+            name: builtin.create(name, settings=FAST) for name in ("cpu-torch", "vendor-default")
+        }
+        providers["cpu-scaled"] = ScaledProvider()
+        return Runtime(
+            cache=cache,
+            device=cpu_device,
+            hardware=cpu_hardware,
+            providers=providers,
+            mode=mode,
+            bans=BanList(tmp_path / "bans.json"),
+            probe=probe,
+            admission=admission,
+        )
+
+    return make

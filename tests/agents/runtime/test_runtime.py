@@ -1,0 +1,362 @@
+"""The runtime on the CPU: hits, misses, near ties, faults, versions, record and tune."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from agents.cache import ProbeCache
+from agents.daemon.sources import WorkloadSources, read_shape_rows
+from agents.runtime import AdmissionSettings, Mode, RuntimeSession, tuned
+from agents.runtime.keys import gemm_problem
+from tests.agents.runtime.conftest import entry_for, scaled
+from tps.candidate import VENDOR_DEFAULT
+
+torch.manual_seed(0)
+
+
+def linear_problem(x: Any, w: Any):
+    return gemm_problem(x.reshape(-1, x.shape[-1]), w.t(), tf32=False)
+
+
+@pytest.fixture
+def operands() -> tuple[Any, Any, Any]:
+    return torch.randn(4, 6, 64), torch.randn(48, 64), torch.randn(48)
+
+
+def test_a_hit_runs_the_cached_winner_and_matches_the_default(make_runtime, cpu_hardware, operands):
+    x, w, bias = operands
+    winner = scaled(scale=1.0)
+    rt = make_runtime(entries=[entry_for(linear_problem(x, w), cpu_hardware, winner)])
+    provider = rt.providers["cpu-scaled"]
+    with tuned(RuntimeSession(runtime=rt)):
+        F.linear(x, w, bias)  # decides the route: validation and head to head
+        before = provider.calls
+        y = F.linear(x, w, bias)
+        assert provider.calls == before + 1
+    assert torch.allclose(y, F.linear(x, w, bias), atol=1e-5)
+    (route,) = rt.decisions()
+    assert route.reason.startswith("hit") and route.candidate == winner
+    assert route.calls == 2
+
+
+def test_a_miss_runs_the_default_and_is_counted(make_runtime, operands):
+    x, w, _ = operands
+    rt = make_runtime()
+    with tuned(RuntimeSession(runtime=rt)):
+        y = torch.matmul(x, w.t())
+        y2 = torch.matmul(x, w.t())
+    assert torch.equal(y, y2)
+    assert rt.stats.misses == 1 and rt.providers["cpu-scaled"].calls == 0
+    (route,) = rt.decisions()
+    assert route.runner is None and route.calls == 2
+
+
+def test_functions_are_restored_after_the_block(make_runtime):
+    originals = (torch.mm, torch.matmul, torch.addmm, torch.bmm, F.linear, torch.Tensor.__matmul__)
+    with tuned(RuntimeSession(runtime=make_runtime())):
+        assert torch.mm is not originals[0]
+    assert (torch.mm, torch.matmul, torch.addmm, torch.bmm, F.linear) == originals[:5]
+    assert torch.Tensor.__matmul__ is originals[5]
+
+
+def test_a_near_tie_goes_to_the_default(make_runtime, cpu_hardware, operands):
+    x, w, _ = operands
+    impossible = AdmissionSettings(min_gain=10.0, rounds=3, target_us=200.0, max_reps=5)
+    rt = make_runtime(
+        entries=[entry_for(linear_problem(x, w), cpu_hardware, scaled(scale=1.0))],
+        admission=impossible,
+    )
+    with tuned(RuntimeSession(runtime=rt)):
+        F.linear(x, w)  # timed head to head at admission
+        calls = rt.providers["cpu-scaled"].calls
+        F.linear(x, w)
+        assert rt.providers["cpu-scaled"].calls == calls  # never dispatched
+    (route,) = rt.decisions()
+    assert route.runner is None and route.reason.startswith("near tie")
+    assert rt.stats.near_ties == 1
+
+
+def test_every_entry_point_routes_its_problem(make_runtime, cpu_hardware):
+    a, b = torch.randn(16, 32), torch.randn(32, 24)
+    a3, b3 = torch.randn(3, 16, 32), torch.randn(3, 32, 24)
+    bias = torch.randn(24)
+    problems = [gemm_problem(a, b, tf32=False), gemm_problem(a3, b3, tf32=False)]
+    rt = make_runtime(entries=[entry_for(p, cpu_hardware, scaled(scale=1.0)) for p in problems])
+    calls = []
+    with tuned(RuntimeSession(runtime=rt)):
+        torch.mm(a, b), torch.bmm(a3, b3)  # decide both problems once
+        for fn, expected in (
+            (lambda: torch.mm(a, b), a.double() @ b.double()),
+            (lambda: torch.matmul(a, b), a.double() @ b.double()),
+            (lambda: a @ b, a.double() @ b.double()),
+            (lambda: torch.addmm(bias, a, b), a.double() @ b.double() + bias.double()),
+            (lambda: torch.bmm(a3, b3), a3.double() @ b3.double()),
+            (lambda: torch.matmul(a3, b3), a3.double() @ b3.double()),
+        ):
+            before = rt.providers["cpu-scaled"].calls
+            assert torch.allclose(fn().double(), expected, atol=1e-4)
+            calls.append(rt.providers["cpu-scaled"].calls - before)
+    assert calls == [1, 1, 1, 1, 1, 1]
+
+
+def test_record_writes_a_workload_the_daemon_reads(make_runtime, tmp_path, operands):
+    x, w, bias = operands
+    record = tmp_path / "recorded.csv"
+    rt = make_runtime(mode=Mode.RECORD)
+    session = RuntimeSession(runtime=rt, record=record)
+    with tuned(session):
+        for _ in range(3):
+            F.linear(x, w, bias)
+        torch.mm(torch.randn(5, 64), w.t())
+        torch.bmm(torch.randn(2, 8, 16), torch.randn(2, 16, 4).transpose(1, 2).contiguous().mT)
+    session.close()  # a session given to tuned() is closed by its owner
+    rows = read_shape_rows(record, dtype="bf16")
+    counts = {(p.dims["m"], p.dims["n"], p.dims["k"]): c for p, c in rows}
+    assert counts == {(24, 48, 64): 3, (5, 48, 64): 1, (8, 4, 16): 1}
+    batched = next(p for p, _ in rows if p.batch == 2)
+    assert batched.trans_b and batched.dtype == "fp32"
+    polled = WorkloadSources(shape_csv=[record]).poll()
+    assert [p.key_hash() for p in polled] == [p.key_hash() for p, _ in rows]
+
+
+def test_tune_probes_a_miss_once_then_routes_it(make_runtime, tmp_path, operands, cpu_device):
+    from agents.bans import BanList
+    from agents.probe.engine import ProbeEngine
+    from agents.probe.timers import CpuTimer
+    from agents.providers import builtin
+    from agents.telemetry import NullSource
+    from tests.agents.conftest import FAST, HOST
+
+    engine = ProbeEngine(
+        device=cpu_device,
+        providers=[builtin.create(n, settings=FAST) for n in ("vendor-default", "cpu-torch")],
+        timer=CpuTimer(),
+        telemetry=NullSource(),
+        bans=BanList(),
+        host_id=HOST,
+        settings=FAST,
+    )
+    runs = []
+    rt = make_runtime(mode=Mode.TUNE, probe=engine.probe)
+    rt.on_probe = runs.append
+    x, w, _ = operands
+    with tuned(RuntimeSession(runtime=rt)):
+        F.linear(x, w)
+        F.linear(x, w)
+        torch.mm(x.reshape(-1, 64), w.t())  # the same problem through another function
+    assert rt.stats.probes == 1 and len(runs) == 1
+    assert ProbeCache.load(tmp_path / "cache.json").get(linear_problem(x, w), rt.hardware)
+
+
+def test_a_wrong_winner_is_banned_at_admission(make_runtime, cpu_hardware, operands, tmp_path):
+    from agents.bans import BanList
+
+    x, w, _ = operands
+    problem = linear_problem(x, w)
+    wrong = scaled(scale=1.5)
+    rt = make_runtime(entries=[entry_for(problem, cpu_hardware, wrong)])
+    with tuned(RuntimeSession(runtime=rt)):
+        y = F.linear(x, w)
+    assert torch.allclose(y, x @ w.t(), atol=1e-5)
+    assert BanList.load(tmp_path / "bans.json").is_banned(cpu_hardware, problem, wrong)
+    assert rt.cache.get(problem, cpu_hardware) is None
+
+
+def test_a_fault_at_run_time_falls_back_for_good_and_logs_once(
+    make_runtime, cpu_hardware, operands, tmp_path, caplog
+):
+    from agents.bans import BanList
+
+    x, w, bias = operands
+    problem = linear_problem(x, w)
+    flaky = scaled(scale=1.0, fail_after=10_000)
+    rt = make_runtime(entries=[entry_for(problem, cpu_hardware, flaky)])
+    provider = rt.providers["cpu-scaled"]
+    caplog.set_level(logging.WARNING, logger="agents.runtime")
+    with tuned(RuntimeSession(runtime=rt)):
+        F.linear(x, w, bias)
+        assert rt.decisions()[0].runner is not None
+        provider.calls = 20_000  # from now on every launch raises
+        outs = [F.linear(x, w, bias) for _ in range(3)]
+        calls_after = provider.calls
+    assert all(torch.allclose(o, F.linear(x, w, bias), atol=1e-5) for o in outs)
+    assert calls_after == 20_001  # one failed launch, then the default only
+    assert BanList.load(tmp_path / "bans.json").is_banned(cpu_hardware, problem, flaky)
+    warnings = [r for r in caplog.records if "falls back" in r.getMessage()]
+    assert len(warnings) == 1 and problem.canonical() in warnings[0].getMessage()
+    assert "illegal memory access" in warnings[0].getMessage()
+
+
+def test_a_wrong_answer_on_real_operands_returns_the_default(make_runtime, cpu_hardware, operands):
+    x, w, _ = operands
+    problem = linear_problem(x, w)
+    rt = make_runtime(entries=[entry_for(problem, cpu_hardware, scaled(scale=1.0))])
+    with tuned(RuntimeSession(runtime=rt)):
+        route = rt.decide(problem, capturing=False)
+        assert route is not None and route.runner is not None
+        good = route.runner
+        route.runner = lambda a, b: good(a, b) * float("nan")  # the kernel now writes NaN
+        y = F.linear(x, w)
+    assert torch.allclose(y, x @ w.t(), atol=1e-5)
+    assert route.runner is None and "NaN or Inf" in route.reason
+    assert rt.stats.faults == 1
+
+
+def test_a_winner_from_other_versions_is_revalidated_per_candidate(
+    make_runtime, cpu_hardware, operands, tmp_path
+):
+    from agents.bans import BanList
+
+    x, w, _ = operands
+    good_problem = linear_problem(x, w)
+    bad_problem = linear_problem(torch.randn(7, 64), w)
+    old = {"software_key": "blas_version=old|torch_version=1.0", "torch_version": "1.0"}
+    rt = make_runtime(
+        entries=[
+            entry_for(good_problem, cpu_hardware, scaled(scale=1.0), **old),
+            entry_for(bad_problem, cpu_hardware, scaled(scale=2.0), **old),
+        ]
+    )
+    with tuned(RuntimeSession(runtime=rt)):
+        F.linear(x, w)
+        F.linear(torch.randn(7, 64), w)
+    assert rt.stats.revalidated == 1
+    renewed = rt.cache.get(good_problem, cpu_hardware)
+    assert renewed is not None and renewed.source == "revalidated"
+    assert renewed.software_key == cpu_hardware.software_key()
+    assert BanList.load(tmp_path / "bans.json").is_banned(cpu_hardware, bad_problem, scaled(scale=2.0))
+    # the other version's good entry stays: nothing was thrown away whole
+    assert any(e.software_key.endswith("1.0") for e in rt.cache.entries())
+
+
+def test_the_default_as_winner_routes_nothing(make_runtime, cpu_hardware, operands):
+    x, w, _ = operands
+    rt = make_runtime(entries=[entry_for(linear_problem(x, w), cpu_hardware, VENDOR_DEFAULT)])
+    with tuned(RuntimeSession(runtime=rt)):
+        F.linear(x, w)
+    (route,) = rt.decisions()
+    assert route.runner is None and route.reason == "hit: the default won"
+
+
+def test_backward_products_are_problems_of_their_own(make_runtime, cpu_hardware):
+    x = torch.randn(24, 64, requires_grad=True)
+    w = torch.randn(48, 64, requires_grad=True)
+    grad = torch.randn(24, 48)
+    forward = gemm_problem(x.detach(), w.detach().t(), tf32=False)
+    dgrad = gemm_problem(grad, w.detach(), tf32=False)  # dX = dY W
+    wgrad = gemm_problem(x.detach().t(), grad, tf32=False).model_copy()  # (dW^T) = X^T dY
+    entries = [entry_for(p, cpu_hardware, scaled(scale=1.0)) for p in (forward, dgrad, wgrad)]
+    rt = make_runtime(entries=entries)
+    with tuned(RuntimeSession(runtime=rt)):
+        y = F.linear(x, w)
+        y.backward(grad)
+    gx, gw = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
+    F.linear(x, w).backward(grad)
+    assert torch.allclose(gx, x.grad, atol=1e-4) and torch.allclose(gw, w.grad, atol=1e-4)
+    routed = {r.problem.key_hash() for r in rt.decisions() if r.runner is not None}
+    assert routed == {forward.key_hash(), dgrad.key_hash(), wgrad.key_hash()}
+
+
+def test_compile_fullgraph_keeps_the_winner_through_the_custom_op(make_runtime, cpu_hardware):
+    from agents.runtime import ops, tune, untune
+
+    torch._dynamo.reset()
+    layer = torch.nn.Linear(64, 50)  # N = 50: the padded winner returns rows of 64
+    x = torch.randn(2, 5, 64)
+    problem = linear_problem(x, layer.weight.detach())
+    padded = scaled(scale=1.0).model_copy(update={"backend": "padded", "params": {"align": 64}})
+    rt = make_runtime(entries=[entry_for(problem, cpu_hardware, padded)])
+    model = torch.nn.Sequential(layer, torch.nn.GELU())
+    tune(model, RuntimeSession(runtime=rt))
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    with torch.no_grad():
+        expected = torch.nn.functional.gelu(x @ layer.weight.t() + layer.bias)
+        got = compiled(x)
+    assert torch.allclose(got, expected, atol=1e-5)
+    slots = [s for s in ops.SLOTS if s.route.problem == problem]
+    assert slots and slots[0].strides == (64, 1) and slots[0].route.candidate == padded
+    # training through the compiled graph: the custom op's backward runs
+    x.requires_grad_(True)
+    compiled(x).sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+    untune(model)
+    assert "forward" not in vars(layer)
+
+
+def test_a_new_host_warm_starts_from_the_fleet_with_zero_probes(
+    make_runtime, cpu_hardware, live_service
+):
+    """Host 1 probed; host 2, empty-cached, asks the real service once and routes the winner."""
+    import httpx
+
+    from agents.runtime import tune
+    from agents.runtime.fleet import FleetPriors
+    from tests.factories import batch_body, probe_run
+
+    layer = torch.nn.Linear(64, 40)
+    x = torch.randn(3, 64)
+    problem = linear_problem(x, layer.weight.detach())
+    unmeasured = linear_problem(torch.randn(9, 64), layer.weight.detach())
+    winner = scaled(scale=1.0)
+    runs = [
+        probe_run(
+            hardware=cpu_hardware,
+            problem=problem,
+            latencies=[(VENDOR_DEFAULT, 10.0), (winner, 5.0)],
+            winner_id=winner.id,
+        )
+    ]
+    with live_service.client() as client:
+        pushed = client.post(
+            "/v1/probe-runs", content=batch_body(runs), headers={"Content-Type": "application/json"}
+        )
+        assert pushed.status_code in (200, 201), pushed.text
+
+    def no_probe(p):  # a host that can warm-start must not probe
+        raise AssertionError(f"probed {p.canonical()}")
+
+    rt = make_runtime(mode=Mode.TUNE, probe=no_probe)
+    client = httpx.Client(base_url=live_service.base_url)
+    asked = []
+    fleet = FleetPriors(client=client, token=live_service.agent_token, margin=0.01)
+    fetch = fleet.fetch
+    fleet.fetch = lambda hw, ps: asked.append(len(ps)) or fetch(hw, ps)  # type: ignore[method-assign]
+    rt.defer_probes = True
+    session = RuntimeSession(runtime=rt, fleet=fleet)
+    model = torch.nn.Sequential(layer)
+    tune(model, session)
+    with torch.no_grad():
+        model(x)  # first forward: misses run the default, then one request for all of them
+        model(torch.randn(9, 64))
+        provider = rt.providers["cpu-scaled"]
+        before = provider.calls
+        y = model(x)
+    client.close()
+    assert asked == [1]  # one request, after the first forward
+    assert rt.stats.probes == 0 and rt.stats.fleet_winners == 1
+    assert provider.calls > before
+    assert torch.allclose(y, layer(x), atol=1e-5)
+    entry = rt.cache.get(problem, cpu_hardware)
+    assert entry is not None and entry.source == "fleet" and entry.winner == winner
+    assert rt.cache.get(unmeasured, cpu_hardware) is None
+
+
+def test_the_priors_batch_answers_in_order_and_names_bad_input(live_service, cpu_hardware):
+    from tps.schemas import PriorBatch, PriorBatchRequest
+
+    problems = [gemm_problem(torch.randn(m, 8), torch.randn(8, 8), tf32=False) for m in (3, 5)]
+    body = PriorBatchRequest(hardware=cpu_hardware, problems=problems).model_dump_json()
+    with live_service.client() as client:
+        ok = client.post("/v1/priors/batch", content=body, headers={"Content-Type": "application/json"})
+        assert ok.status_code == 200, ok.text
+        answer = PriorBatch.model_validate_json(ok.content)
+        assert [p.problem_hash for p in answer.priors] == [p.key_hash() for p in problems]
+        too_many = {"hardware": cpu_hardware.model_dump(mode="json"), "problems": []}
+        bad = client.post("/v1/priors/batch", json=too_many)
+        assert bad.status_code == 422 and "problems" in bad.text
