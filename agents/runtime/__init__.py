@@ -104,20 +104,25 @@ def _is_conv1d(module: Any) -> bool:
 
 
 def _linear_forward(rt: Runtime) -> Any:
-    from agents.runtime.patching import linear_with
+    from agents.runtime.patching import linear_module
+
+    routes: dict[Any, Route] = {}
+    rt.layer_routes.append(routes)
 
     def forward(self: Any, input: Any) -> Any:
-        return linear_with(rt, input, self.weight, self.bias)
+        return linear_module(rt, routes, self, input)
 
     return forward
 
 
 def _conv1d_forward(rt: Runtime) -> Any:
-    from agents.runtime.patching import addmm_with
+    from agents.runtime.patching import conv1d_module
+
+    routes: dict[Any, Route] = {}
+    rt.layer_routes.append(routes)
 
     def forward(self: Any, x: Any) -> Any:
-        a = x.view(-1, x.size(-1))
-        return addmm_with(rt, self.bias, a, self.weight).view(*x.shape[:-1], self.nf)
+        return conv1d_module(rt, routes, self, x)
 
     return forward
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import statistics
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -111,6 +111,7 @@ class Runtime:
         timer: Timer | None = None,
         admission: AdmissionSettings | None = None,
         default: Callable[[Any, Any], Any] | None = None,
+        native_backends: frozenset[str] = frozenset(),
     ) -> None:
         if mode is Mode.TUNE and probe is None:
             raise ValueError("tune mode needs a probe to run on a miss")
@@ -125,6 +126,8 @@ class Runtime:
         self.timer = timer
         self.admission = admission or AdmissionSettings()
         self.default = default or _torch_matmul
+        # Backends the framework's own default call already runs (TunableOp on ROCm).
+        self.native_backends = native_backends
         self.stats = RuntimeStats()
         self.routes: dict[tuple[Any, ...], Route] = {}
         # Routes a compiled graph names by number (the custom op's `slot` argument).
@@ -134,6 +137,8 @@ class Runtime:
         self.defer_probes = False
         # One decision per problem, shared by every call signature that names it.
         self._decided: dict[str, Route] = {}
+        # Layers' own route tables (keyed by input shape), emptied whenever routes are.
+        self.layer_routes: list[dict[Any, Route]] = []
         from agents.runtime.patching import STATE, register
 
         self._state = STATE
@@ -160,7 +165,16 @@ class Runtime:
 
     def product(self, a: Any, b: Any) -> Any:
         """Return A @ B for logical views, through the cache: the backward products' way in."""
-        sig = ("product", a.dtype, _tf32(a), a.device, a.shape, a.stride(), b.shape, b.stride())
+        sig = (
+            "product",
+            a.dtype,
+            _tf32(a),
+            a.get_device(),
+            a.shape,
+            a.stride(),
+            b.shape,
+            b.stride(),
+        )
         route = self.routes.get(sig) or self.resolve(sig, a, b)
         route.calls += 1
         if route.runner is None:
@@ -194,6 +208,8 @@ class Runtime:
 
     def forget(self, problems: set[str] | None = None, *, misses: bool = False) -> None:
         """Decide again the problems of these hashes (and every miss, with `misses`)."""
+        for table in self.layer_routes:
+            table.clear()
         for sig, route in list(self.routes.items()):
             key = route.problem.key_hash() if route.problem is not None else None
             if (problems and key in problems) or (misses and route.reason == "miss"):
@@ -242,6 +258,11 @@ class Runtime:
         if candidate.id == VENDOR_DEFAULT.id:
             self.stats.hits += 1
             return Route(problem=problem, reason="hit: the default won")
+        if candidate.backend in self.native_backends:
+            self.stats.hits += 1
+            return Route(
+                problem=problem, candidate=candidate, reason="hit: PyTorch TunableOp runs it"
+            )
         ban = self.bans.is_banned(self.hardware, problem, candidate)
         if ban is not None:
             return Route(problem=problem, reason=f"banned: {ban.reason}")

@@ -59,7 +59,9 @@ class FleetPriors:
             except httpx.HTTPError as exc:
                 raise FleetError(f"cannot reach the service for priors: {exc!r}") from exc
             if not response.is_success:
-                raise FleetError(f"priors batch answered {response.status_code}: {response.text[:200]}")
+                raise FleetError(
+                    f"priors batch answered {response.status_code}: {response.text[:200]}"
+                )
             priors.extend(PriorBatch.model_validate_json(response.content).priors)
         return priors
 
@@ -96,4 +98,3 @@ class FleetPriors:
                 )
             )
         return entries
-

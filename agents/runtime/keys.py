@@ -11,7 +11,7 @@ DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "f
 
 
 def _operand(t: Any) -> tuple[bool, int] | None:
-    """Return (transposed, leading dimension) of a [.., R, C] view, or None if BLAS can't read it."""
+    """Return (transposed, leading dimension) of a [.., R, C] view; None if no BLAS reads it."""
     rows, cols = t.shape[-2], t.shape[-1]
     s_row, s_col = t.stride(-2), t.stride(-1)
     if s_col == 1 or cols == 1:

@@ -74,6 +74,8 @@ class _Product(torch.autograd.Function):
     def forward(ctx: Any, runtime: Runtime, route: Route, a: Any, b: Any) -> Any:
         ctx.runtime = runtime
         ctx.save_for_backward(a, b)
+        if route.runner is None:  # the default forward; the backward products still route
+            return _matmul(a, b)
         return runtime.run(route, a, b, lambda: _matmul(a, b))
 
     @staticmethod
@@ -105,10 +107,12 @@ def route_product(
         if out is None:
             return default()
         return out if bias is None else out + bias
-    sig = (name, a.dtype, _tf32(a), a.device, a.shape, a.stride(), b.shape, b.stride())
+    sig = (name, a.dtype, a.get_device(), a.shape, a.stride(), b.shape, b.stride())
+    if a.dtype is _F32:
+        sig += (_FLAGS.allow_tf32,)
     route = rt.routes.get(sig) or rt.resolve(sig, a, b)
     route.calls += 1
-    if route.runner is None:
+    if route.runner is None and not _needs_grad(a, b, bias):
         return default()
     return _dispatch(rt, route, a, b, bias)
 
@@ -124,16 +128,57 @@ def linear_with(rt: Runtime | None, input: Any, weight: Any, bias: Any) -> Any:
         return _linear(input, weight, bias)
     if _is_compiling():
         return _linear_via(rt, input, weight, bias)
-    sig = ("linear", input.dtype, _tf32(input), input.device, input.shape, input.stride())
+    sig = ("linear", input.dtype, input.get_device(), input.shape, input.stride())
     sig += (weight.shape, weight.stride(), bias is None)
+    if input.dtype is _F32:
+        sig += (_FLAGS.allow_tf32,)
     route = rt.routes.get(sig)
     if route is None:
         route = rt.resolve(sig, input.reshape(-1, input.shape[-1]), weight.t())
     route.calls += 1
-    if route.runner is None:
+    if route.runner is None and not _needs_grad(input, weight, bias):
         return _linear(input, weight, bias)
     out = _dispatch(rt, route, input.reshape(-1, input.shape[-1]), weight.t(), bias)
     return out.view(*input.shape[:-1], weight.shape[0])
+
+
+def linear_module(rt: Runtime, routes: dict[Any, Route], module: Any, input: Any) -> Any:
+    """A linear layer's forward through `rt`; its routes are keyed by the input's shape alone.
+
+    A layer's weight never changes layout, so a contiguous input of the weight's dtype
+    decides the problem by its shape: one attribute and a dict lookup per call.
+    """
+    weight, bias = module.weight, module.bias
+    if input.dtype is not weight.dtype or not input.is_contiguous() or _is_compiling():
+        return linear_with(rt, input, weight, bias)
+    route = routes.get(input.shape)
+    if route is None:
+        k = input.shape[-1]
+        sig = ("linear-module", id(module), input.shape, input.get_device(), _tf32(input))
+        route = rt.routes.get(sig) or rt.resolve(sig, input.reshape(-1, k), weight.t())
+        routes[input.shape] = route
+    route.calls += 1
+    if route.runner is None and not _needs_grad(input, weight, bias):
+        return _linear(input, weight, bias)
+    out = _dispatch(rt, route, input.reshape(-1, input.shape[-1]), weight.t(), bias)
+    return out.view(*input.shape[:-1], weight.shape[0])
+
+
+def conv1d_module(rt: Runtime, routes: dict[Any, Route], module: Any, x: Any) -> Any:
+    """transformers' Conv1D forward (y = addmm(bias, x, W), W stored [in, out]) through `rt`."""
+    weight, bias = module.weight, module.bias
+    a = x.view(-1, x.size(-1))
+    if x.dtype is not weight.dtype or not x.is_contiguous() or _is_compiling():
+        return addmm_with(rt, bias, a, weight).view(*x.shape[:-1], module.nf)
+    route = routes.get(x.shape)
+    if route is None:
+        sig = ("conv1d-module", id(module), x.shape, x.get_device(), _tf32(x))
+        route = rt.routes.get(sig) or rt.resolve(sig, a, weight)
+        routes[x.shape] = route
+    route.calls += 1
+    if route.runner is None and not _needs_grad(x, weight, bias):
+        return _addmm(bias, a, weight).view(*x.shape[:-1], module.nf)
+    return _dispatch(rt, route, a, weight, bias).view(*x.shape[:-1], module.nf)
 
 
 def _linear_via(rt: Runtime, input: Any, weight: Any, bias: Any) -> Any:
@@ -177,7 +222,9 @@ def matmul(input: Any, other: Any, *, out: Any = None) -> Any:
         return _matmul(input, other, out=out) if out is not None else _matmul(input, other)
     da, db = input.dim(), other.dim()
     if da == db and da in (2, 3):
-        return route_product(STATE.active, "matmul", input, other, None, lambda: _matmul(input, other))
+        return route_product(
+            STATE.active, "matmul", input, other, None, lambda: _matmul(input, other)
+        )
     if da > 2 and db == 2:
         # [.., M, K] @ [K, N] is one GEMM of M * .. rows, as torch itself runs it.
         a = input.reshape(-1, input.shape[-1])

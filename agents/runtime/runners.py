@@ -142,7 +142,9 @@ def make_runner(
 ) -> Runner:
     """Return the runner of `candidate` for `problem`; raise LookupError if none can run it."""
     if candidate.backend in RUNNERS:
-        return RUNNERS.create(candidate.backend, candidate=candidate, problem=problem, device=device)
+        return RUNNERS.create(
+            candidate.backend, candidate=candidate, problem=problem, device=device
+        )
     if provider is None:
         raise LookupError(f"backend {candidate.backend!r} is not available on this host")
     return ProviderRunner(candidate=candidate, problem=problem, device=device, provider=provider)

@@ -16,6 +16,8 @@ from agents.runtime.fleet import FleetError, FleetPriors
 from tps.problem import ProblemKey
 
 log = logging.getLogger("agents.runtime")
+# Winners PyTorch's TunableOp names and runs itself on ROCm.
+NATIVE_ON_ROCM = frozenset({"hipblaslt", "rocblas"})
 
 
 @dataclass
@@ -129,9 +131,16 @@ def open_session(
             bans=engine.bans,
             probe=engine.probe,
             admission=admission or AdmissionSettings(min_gain=engine.settings.min_gain),
+            native_backends=NATIVE_ON_ROCM if engine.device.is_rocm else frozenset(),
         ),
         record=Path(record) if record is not None else None,
     )
+    if engine.device.is_rocm:
+        from agents.runtime.tunableop import apply_tunableop
+
+        results = (probe_cache.path or agent.cache_path).with_suffix(".tunableop.csv")
+        rows = apply_tunableop(probe_cache, results)
+        log.info("PyTorch TunableOp runs %d cached winners from %s", rows, results)
     if service is not None:
         _connect(session, agent, service=service, token=token, transport=transport)
     return session

@@ -243,4 +243,8 @@ def register(app: typer.Typer) -> None:
     app.add_typer(token_app, name="token")
     bench_app.command("ingest")(bench_ingest)
     bench_app.command("priors")(bench_priors)
+    from tps.cli.bench_runtime import bench_runtime, bench_runtime_overhead
+
+    bench_app.command("runtime")(bench_runtime)
+    bench_app.command("runtime-overhead")(bench_runtime_overhead)
     app.add_typer(bench_app, name="bench")

@@ -229,7 +229,9 @@ def test_a_winner_from_other_versions_is_revalidated_per_candidate(
     renewed = rt.cache.get(good_problem, cpu_hardware)
     assert renewed is not None and renewed.source == "revalidated"
     assert renewed.software_key == cpu_hardware.software_key()
-    assert BanList.load(tmp_path / "bans.json").is_banned(cpu_hardware, bad_problem, scaled(scale=2.0))
+    assert BanList.load(tmp_path / "bans.json").is_banned(
+        cpu_hardware, bad_problem, scaled(scale=2.0)
+    )
     # the other version's good entry stays: nothing was thrown away whole
     assert any(e.software_key.endswith("1.0") for e in rt.cache.entries())
 
@@ -353,10 +355,42 @@ def test_the_priors_batch_answers_in_order_and_names_bad_input(live_service, cpu
     problems = [gemm_problem(torch.randn(m, 8), torch.randn(8, 8), tf32=False) for m in (3, 5)]
     body = PriorBatchRequest(hardware=cpu_hardware, problems=problems).model_dump_json()
     with live_service.client() as client:
-        ok = client.post("/v1/priors/batch", content=body, headers={"Content-Type": "application/json"})
+        ok = client.post(
+            "/v1/priors/batch", content=body, headers={"Content-Type": "application/json"}
+        )
         assert ok.status_code == 200, ok.text
         answer = PriorBatch.model_validate_json(ok.content)
         assert [p.problem_hash for p in answer.priors] == [p.key_hash() for p in problems]
         too_many = {"hardware": cpu_hardware.model_dump(mode="json"), "problems": []}
         bad = client.post("/v1/priors/batch", json=too_many)
         assert bad.status_code == 422 and "problems" in bad.text
+
+
+def test_rocm_winners_go_to_pytorch_tunableop(make_runtime, cpu_hardware, tmp_path):
+    from agents.runtime.tunableop import export_for_tunableop
+    from agents.tunableop_csv import read_file
+    from tps.candidate import Candidate
+
+    a, b = torch.randn(32, 64), torch.randn(64, 16)
+    problem = gemm_problem(a, b, tf32=False)
+    hip = Candidate(backend="hipblaslt", params={"solution": "Gemm_Hipblaslt_1234"})
+    rt = make_runtime(entries=[entry_for(problem, cpu_hardware, hip, torch_version="2.11.0")])
+    rt.native_backends = frozenset({"hipblaslt", "rocblas"})
+    results = tmp_path / "tunableop_results.csv"
+    env = export_for_tunableop(rt.cache, results, validators={"ROCM_VERSION": "7.0"})
+    assert env == {
+        "PYTORCH_TUNABLEOP_ENABLED": "1",
+        "PYTORCH_TUNABLEOP_TUNING": "0",
+        "PYTORCH_TUNABLEOP_RECORD_UNTUNED": "0",
+        "PYTORCH_TUNABLEOP_FILENAME": str(results),
+    }
+    written = read_file(results)
+    assert written.validators["ROCM_VERSION"] == "7.0"
+    assert written.validators["PT_VERSION"] == "2.11.0"
+    (row,) = written.results
+    assert (row.op_signature, row.params_signature) == problem.tunableop_signature()
+    assert row.solution == "Gemm_Hipblaslt_1234"
+    with tuned(RuntimeSession(runtime=rt)):
+        torch.mm(a, b)
+    (route,) = rt.decisions()
+    assert route.runner is None and "TunableOp" in route.reason

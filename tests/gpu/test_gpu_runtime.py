@@ -1,0 +1,158 @@
+"""The runtime on CUDA: each runner on the program's tensors, tune mode, graph capture, compile."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA or ROCm device", allow_module_level=True)
+
+import torch.nn.functional as F  # noqa: E402
+
+from agents.cache import CacheEntry, ProbeCache  # noqa: E402
+from agents.ops.gemm import gemm_operands  # noqa: E402
+from agents.runtime import AdmissionSettings, Mode, RuntimeSession, open_session, tune, tuned  # noqa: E402
+from agents.runtime.keys import gemm_problem  # noqa: E402
+from tps.candidate import Candidate  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+NVIDIA = torch.version.hip is None
+ANY_GAIN = AdmissionSettings(min_gain=-1.0, rounds=3, target_us=500.0, max_reps=20)
+
+
+def session_with(tmp_path, winner, problem, **kwargs) -> RuntimeSession:
+    session = open_session(
+        device="cuda", cache=ProbeCache(tmp_path / "cache.json"), bans=tmp_path / "b.json",
+        admission=ANY_GAIN, **kwargs,
+    )  # fmt: skip
+    rt = session.runtime
+    rt.cache.merge(
+        [
+            CacheEntry(
+                problem=problem,
+                hardware_fingerprint=rt.hardware.fingerprint(),
+                software_key=rt.hardware.software_key(),
+                winner=winner,
+                run_id=str(uuid.uuid4()),
+            )
+        ]
+    )
+    return session
+
+
+def offered(backend, problem, limit=4):
+    from agents.probe.device import open_device
+    from agents.probe.settings import ProbeSettings
+    from agents.providers import builtin
+
+    device = open_device("cuda")
+    provider = builtin.create(backend, settings=ProbeSettings())
+    operands = gemm_operands(problem, device.torch_device, seed=1)
+    return provider.candidates(problem, device, limit=limit, operands=operands)
+
+
+def close_to_default(out, a, b, dtype="bf16"):
+    from agents.ops import TOLERANCE, relative_error
+
+    err = relative_error(out, (a.double() @ b.double()))
+    return err <= TOLERANCE[dtype], err
+
+
+@pytest.mark.parametrize(
+    "backend,shape",
+    [("padded", (64, 4095, 1024)), ("triton", (256, 1024, 512)), ("cublaslt", (256, 1024, 512))],
+)
+def test_each_runner_runs_its_winner_on_fresh_tensors(tmp_path, backend, shape):
+    if backend == "cublaslt" and not NVIDIA:
+        pytest.skip("cuBLASLt is NVIDIA only")
+    m, n, k = shape
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    x0 = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    problem = gemm_problem(x0, w.t(), tf32=False)
+    (winner, *_) = offered(backend, problem)
+    session = session_with(tmp_path, winner, problem)
+    with torch.no_grad(), tuned(session):
+        for _ in range(3):  # new operands each call, as a program's activations are
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            y = F.linear(x, w)
+            ok, err = close_to_default(y, x, w.t())
+            assert ok, f"{winner.label()}: relative error {err:.2e}"
+    (route,) = session.runtime.decisions()
+    assert route.runner is not None, route.reason
+    session.close()
+
+
+def test_tune_mode_probes_then_captures_in_a_cuda_graph(tmp_path):
+    layer = torch.nn.Linear(1024, 4095, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(64, 1024, device="cuda", dtype=torch.bfloat16)
+    session = open_session(
+        device="cuda", cache=tmp_path / "cache.json", bans=tmp_path / "b.json", mode=Mode.TUNE
+    )
+    tune(layer, session)
+    with torch.no_grad():
+        eager = layer(x)  # probes (within the budget), admits, dispatches
+        assert session.runtime.stats.probes == 1
+        static_x = x.clone()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            layer(static_x)  # warm on the capture stream
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            static_y = layer(static_x)
+        static_x.copy_(torch.randn_like(static_x))
+        graph.replay()
+        torch.cuda.synchronize()
+        expected = F.linear(static_x, layer.weight, layer.bias)
+    ok, err = close_to_default(static_y - layer.bias, static_x, layer.weight.t())
+    assert ok, f"graph replay relative error {err:.2e}"
+    assert torch.allclose(eager.float(), F.linear(x, layer.weight, layer.bias).float(), atol=0.5)
+    assert static_y.shape == expected.shape
+    session.close()
+
+
+def test_compile_fullgraph_with_inductor_keeps_the_winner(tmp_path):
+    from agents.runtime import ops
+
+    torch._dynamo.reset()
+    layer = torch.nn.Linear(1024, 4095, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(2, 32, 1024, device="cuda", dtype=torch.bfloat16)
+    problem = gemm_problem(x.reshape(-1, 1024), layer.weight.detach().t(), tf32=False)
+    padded = Candidate(backend="padded", params={"align": 64, "inner": "vendor-default"})
+    session = session_with(tmp_path, padded, problem)
+    model = torch.nn.Sequential(layer, torch.nn.GELU())
+    tune(model, session)
+    compiled = torch.compile(model, fullgraph=True)
+    with torch.no_grad():
+        got = compiled(x)
+        expected = F.gelu(F.linear(x, layer.weight, layer.bias))
+    assert [s.route.candidate for s in ops.SLOTS if s.route.problem == problem] == [padded]
+    err = float((got.float() - expected.float()).norm() / expected.float().norm())
+    assert err < 2e-2, err
+    session.close()
+
+
+def test_training_step_dispatches_backward_products(tmp_path):
+    layer = torch.nn.Linear(1024, 4095, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(256, 1024, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    session = open_session(
+        device="cuda", cache=tmp_path / "cache.json", bans=tmp_path / "b.json", mode=Mode.TUNE
+    )
+    tune(layer, session)
+    layer(x).float().square().mean().backward()
+    gx = x.grad.clone()
+    x.grad = None
+    from agents.runtime import untune
+
+    untune(layer)
+    layer.zero_grad()
+    layer(x).float().square().mean().backward()
+    err = float((gx.float() - x.grad.float()).norm() / x.grad.float().norm())
+    assert err < 3e-2, err
+    problems = {r.problem.dims["m"] for r in session.runtime.decisions()}
+    assert len(session.runtime.decisions()) == 3, problems  # forward, dgrad, wgrad
+    session.close()
