@@ -76,9 +76,9 @@ def tune(model: Any, session: RuntimeSession | None = None, **options: Any) -> R
     rt = session.runtime
     for module in model.modules():
         if isinstance(module, torch.nn.Linear):
-            module.forward = types.MethodType(_linear_forward(rt), module)
+            module.forward = types.MethodType(patching.linear_layer(rt), module)
         elif _is_conv1d(module):
-            module.forward = types.MethodType(_conv1d_forward(rt), module)
+            module.forward = types.MethodType(patching.conv1d_layer(rt), module)
     if session.fleet is not None:
         state: dict[str, Any] = {}
 
@@ -87,7 +87,6 @@ def tune(model: Any, session: RuntimeSession | None = None, **options: Any) -> R
             session.warm_start()
 
         state["hook"] = model.register_forward_hook(after_first_forward)
-    del patching
     return session
 
 
@@ -101,30 +100,6 @@ def untune(model: Any) -> None:
 def _is_conv1d(module: Any) -> bool:
     # transformers' Conv1D: y = addmm(bias, x, W) with W stored [in, out].
     return type(module).__name__ == "Conv1D" and hasattr(module, "nf")
-
-
-def _linear_forward(rt: Runtime) -> Any:
-    from agents.runtime.patching import linear_module
-
-    routes: dict[Any, Route] = {}
-    rt.layer_routes.append(routes)
-
-    def forward(self: Any, input: Any) -> Any:
-        return linear_module(rt, routes, self, input)
-
-    return forward
-
-
-def _conv1d_forward(rt: Runtime) -> Any:
-    from agents.runtime.patching import conv1d_module
-
-    routes: dict[Any, Route] = {}
-    rt.layer_routes.append(routes)
-
-    def forward(self: Any, x: Any) -> Any:
-        return conv1d_module(rt, routes, self, x)
-
-    return forward
 
 
 def load_cache(cache: str | Path | ProbeCache | None) -> ProbeCache | None:

@@ -8,6 +8,7 @@ host with an empty cache that warm-starts from the fleet (the service) with no p
 
 from __future__ import annotations
 
+import copy
 import logging
 import statistics
 import time
@@ -79,6 +80,8 @@ class CaseResult:
     eager_ms: float = 0.0
     tps_ms: float = 0.0
     speedup: float = 0.0
+    # eager over an identical untouched copy, timed alongside: 1.0 but for noise
+    control_ratio: float = 0.0
     probes: int = 0
     tuning_s: float = 0.0
     routed: int = 0
@@ -121,19 +124,56 @@ class Clock:
         return (time.perf_counter() - t0) * 1e3
 
     def side_by_side(
-        self, fns: dict[str, Callable[[], Any]], *, rounds: int = 5, per_round: int = 4
+        self,
+        fns: dict[str, Callable[[], Any]],
+        *,
+        setups: dict[str, Callable[[], Any]] | None = None,
+        rounds: int = 30,
+        per_round: int = 1,
     ) -> dict[str, float]:
-        """Return each function's median forward time, timed in alternating rounds."""
+        """Return each function's median forward time, timed in alternating rounds.
+
+        Rounds follow a balanced order (each function precedes each other equally
+        often), so clock drift and what ran just before fall on every side alike.
+        """
+        from agents.probe.sampling import interleaved
+
+        setups = setups or {}
         samples: dict[str, list[float]] = {name: [] for name in fns}
-        for fn in fns.values():
+        for name, fn in fns.items():
+            setups.get(name, _nothing)()
             for _ in range(3):
                 fn()
         names = list(fns)
         for r in range(rounds):
-            order = names if r % 2 == 0 else names[::-1]
-            for name in order:
+            for i in interleaved(list(range(len(names))), r):
+                name = names[i]
+                setups.get(name, _nothing)()  # before the clock starts
                 samples[name] += [self.once_ms(fns[name]) for _ in range(per_round)]
         return {name: statistics.median(v) for name, v in samples.items()}
+
+
+def _nothing() -> None:
+    return None
+
+
+def _forwards(model: Any) -> dict[str, Any]:
+    """Return the forwards TPS installed on `model`'s layers, by layer name."""
+    return {name: vars(m)["forward"] for name, m in model.named_modules() if "forward" in vars(m)}
+
+
+def _install(model: Any, forwards: dict[str, Any]) -> Callable[[], None]:
+    """Return a setup that gives `model`'s layers exactly these forwards (none: their own)."""
+    layers = [(name, m) for name, m in model.named_modules()]
+
+    def setup() -> None:
+        for name, m in layers:
+            if name in forwards:
+                m.forward = forwards[name]
+            elif "forward" in vars(m):
+                del m.forward
+
+    return setup
 
 
 def run_case(
@@ -169,6 +209,7 @@ def run_case(
         return run
 
     # -- host 1: tune the misses, then eager with and without TPS side by side ---------------
+    # One model: each timed call first gets its layers' forwards, before the clock starts.
     first = tps_runtime.open_session(
         device=device,
         cache=workdir / "host1-cache.json",
@@ -178,35 +219,30 @@ def run_case(
         token=token,
     )
     first.runtime.defer_probes = False  # host 1 is the first of the fleet: it probes
+    plain = forward(model)()
     start = time.perf_counter()
     tps_runtime.tune(model, first)
     forward(model)()
     _sync(device)
     result.tuning_s = time.perf_counter() - start
-    tuned_forwards = {name: vars(m)["forward"] for name, m in _tuned_modules(model)}
-    reference = forward(model)()
-
-    def set_tuned(on: bool) -> None:
-        for name, m in _tuned_modules(model, all_linear=True):
-            if on and name in tuned_forwards:
-                m.forward = tuned_forwards[name]
-            elif not on and "forward" in vars(m):
-                del m.forward
-
-    def eager() -> Any:
-        set_tuned(False)
-        return forward(model)()
-
-    def tps() -> Any:
-        set_tuned(True)
-        return forward(model)()
-
-    set_tuned(False)
-    plain = forward(model)()
-    _check_close(reference, plain, result, "eager TPS output")
-    times = clock.side_by_side({"eager": eager, "tps": tps})
+    host1 = _forwards(model)
+    _check_close(plain, forward(model)(), result, "eager TPS output")
+    run = forward(model)
+    # "control" is eager again: its ratio to eager is the measurement's own noise.
+    times = clock.side_by_side(
+        {"eager": run, "tps": run, "control": run},
+        setups={
+            "eager": _install(model, {}),
+            "tps": _install(model, host1),
+            "control": _install(model, {}),
+        },
+    )
     result.eager_ms, result.tps_ms = times["eager"], times["tps"]
     result.speedup = result.eager_ms / result.tps_ms
+    result.control_ratio = result.eager_ms / times["control"]
+    _install(model, {})()
+    tuned_model = copy.deepcopy(model)
+    _install(tuned_model, {name: _rebind(f, tuned_model, name) for name, f in host1.items()})()
     rt = first.runtime
     result.probes = rt.stats.probes
     result.near_ties = rt.stats.near_ties
@@ -224,72 +260,60 @@ def run_case(
         }
         for r in decisions
     ]
-
-    # -- compiled, with and without TPS --------------------------------------------------------
     with _noted(result, "torch.compile"):
-        _compiled(model, forward, set_tuned, clock, result, compile_modes, device)
+        _compiled(model, tuned_model, forward, clock, result, compile_modes)
+    del tuned_model
     with _noted(result, "TunableOp"):
-        _tunableop(model, forward, set_tuned, clock, result, device, workdir)
+        _tunableop(model, forward, clock, result, device, workdir)
     first.close()  # saves host 1's cache and pushes its probe runs to the service
     if service is not None:
         with _noted(result, "second host"):
-            _second_host(model, forward, eager, clock, result, device, workdir, service, token)
-    set_tuned(False)
+            _second_host(model, forward, clock, result, device, workdir, service, token)
     return result
 
 
 def _compiled(
     model: Any,
+    tuned_model: Any,
     forward: Callable[[Any], Callable[[], Any]],
-    set_tuned: Callable[[bool], None],
     clock: Clock,
     result: CaseResult,
     compile_modes: tuple[str, ...],
-    device: str,
 ) -> None:
     import torch
 
+    torch._dynamo.reset()
+    variants: dict[str, Callable[[], Any]] = {}
     if "default" in compile_modes:
-        set_tuned(False)
-        torch._dynamo.reset()
-        compiled = torch.compile(model)
-        compiled_run = forward(compiled)
-        compiled_run()
-        set_tuned(True)
-        compiled_tps = torch.compile(model)
-        compiled_tps_run = forward(compiled_tps)
-        compiled_tps_run()
-
-        def plain_compiled() -> Any:
-            set_tuned(False)
-            return compiled_run()
-
-        def tps_compiled() -> Any:
-            set_tuned(True)
-            return compiled_tps_run()
-
-        # Each compiled model keeps its own graph: guards on the layers' forward re-select it.
-        times = clock.side_by_side({"compile": plain_compiled, "compile_tps": tps_compiled})
-        result.compile_ms, result.compile_tps_ms = times["compile"], times["compile_tps"]
-        result.compile_tps_speedup = result.compile_ms / result.compile_tps_ms
-        torch._dynamo.reset()
+        variants["compile"] = forward(torch.compile(model))
+        variants["compile_tps"] = forward(torch.compile(tuned_model))
+        variants["compile"](), variants["compile_tps"]()
     if "max-autotune" in compile_modes:
-        set_tuned(False)
+        # A copy of its own: one module compiled in two modes would share cached frames.
+        autotuned = copy.deepcopy(model)
         start = time.perf_counter()
-        autotuned = torch.compile(model, mode="max-autotune-no-cudagraphs")
-        forward(autotuned)()
-        _sync(device)
+        variants["max_autotune"] = forward(
+            torch.compile(autotuned, mode="max-autotune-no-cudagraphs")
+        )
+        variants["max_autotune"]()
+        _sync(str(next(model.parameters()).device))
         result.max_autotune_tuning_s = time.perf_counter() - start
-        result.max_autotune_ms = clock.side_by_side({"mat": forward(autotuned)})["mat"]
-        if result.compile_tps_ms:
-            result.tps_vs_max_autotune = result.max_autotune_ms / result.compile_tps_ms
-        torch._dynamo.reset()
+    if not variants:
+        return
+    times = clock.side_by_side(variants)
+    result.compile_ms = times.get("compile")
+    result.compile_tps_ms = times.get("compile_tps")
+    result.max_autotune_ms = times.get("max_autotune")
+    if result.compile_ms and result.compile_tps_ms:
+        result.compile_tps_speedup = result.compile_ms / result.compile_tps_ms
+    if result.max_autotune_ms and result.compile_tps_ms:
+        result.tps_vs_max_autotune = result.max_autotune_ms / result.compile_tps_ms
+    torch._dynamo.reset()
 
 
 def _tunableop(
     model: Any,
     forward: Callable[[Any], Callable[[], Any]],
-    set_tuned: Callable[[bool], None],
     clock: Clock,
     result: CaseResult,
     device: str,
@@ -298,7 +322,6 @@ def _tunableop(
     import torch
 
     if device.startswith("cuda"):
-        set_tuned(False)
         tunable = torch.cuda.tunable
         tunable.set_filename(str(workdir / "tunableop-results.csv"))
         tunable.enable(True)
@@ -315,7 +338,6 @@ def _tunableop(
 def _second_host(
     model: Any,
     forward: Callable[[Any], Callable[[], Any]],
-    eager: Callable[[], Any],
     clock: Clock,
     result: CaseResult,
     device: str,
@@ -325,9 +347,9 @@ def _second_host(
 ) -> None:
     """A host with an empty cache and the same GPU: warm start from the fleet, no probes."""
     from agents import runtime as tps_runtime
-    from agents.runtime import Mode, untune
+    from agents.runtime import Mode
 
-    untune(model)
+    _install(model, {})()
     second = tps_runtime.open_session(
         device=device,
         cache=workdir / "host2-cache.json",
@@ -342,17 +364,23 @@ def _second_host(
     forward(model)()  # the fleet's winners are admitted on this host
     _sync(device)
     result.second_host_warm_start_s = time.perf_counter() - start
-    second_forwards = {name: vars(m)["forward"] for name, m in _tuned_modules(model)}
-
-    def second_tps() -> Any:
-        for name, m in _tuned_modules(model, all_linear=True):
-            m.forward = second_forwards[name]
-        return forward(model)()
-
-    times = clock.side_by_side({"eager": eager, "second": second_tps})
+    host2 = _forwards(model)
+    run = forward(model)
+    times = clock.side_by_side(
+        {"eager": run, "second": run},
+        setups={"eager": _install(model, {}), "second": _install(model, host2)},
+    )
     result.second_host_speedup = times["eager"] / times["second"]
     result.second_host_probes = second.runtime.stats.probes
     second.close()
+    _install(model, {})()
+
+
+def _rebind(forward: Any, model: Any, name: str) -> Any:
+    """Return a layer forward bound to the same-named layer of `model` (a copy)."""
+    import types
+
+    return types.MethodType(forward.__func__, model.get_submodule(name))
 
 
 @contextmanager
@@ -363,17 +391,6 @@ def _noted(result: CaseResult, what: str) -> Iterator[None]:
     except Exception as exc:
         log.exception("%s failed", what)
         result.notes.append(f"{what} failed: {type(exc).__name__}: {str(exc)[:300]}")
-
-
-def _tuned_modules(model: Any, *, all_linear: bool = False) -> list[tuple[str, Any]]:
-    import torch
-
-    return [
-        (name, m)
-        for name, m in model.named_modules()
-        if "forward" in vars(m)
-        or (all_linear and (isinstance(m, torch.nn.Linear) or type(m).__name__ == "Conv1D"))
-    ]
 
 
 def _sync(device: str) -> None:
@@ -396,7 +413,7 @@ def as_json(result: CaseResult) -> dict[str, Any]:
     return asdict(result)
 
 
-def measure_overhead(device: str, *, calls: int = 20_000, rounds: int = 7) -> dict[str, Any]:
+def measure_overhead(device: str, *, calls: int = 4_000, rounds: int = 31) -> dict[str, Any]:
     """Host time per call of torch.mm and nn.Linear: plain, a miss, and a hit, in µs.
 
     The hit's winner launches the very kernel the default does, so what is left over is

@@ -324,21 +324,44 @@ class Runtime:
         )
 
     def _head_to_head(self, operands: Any, runner: Runner) -> float:
-        """Time the default and the winner in alternation, called as the program calls them."""
+        """Return the winner's gain over the default, called as the program calls them.
+
+        Each side's cost is its host time per call (Python and launch) plus its time per
+        call in a launch loop timed on the device. A program whose GPU waits on the host
+        (a decode step) pays the first; one whose host waits on the GPU pays the second.
+        Summing them never admits a winner whose slower launch eats its faster kernel.
+        """
         a, b = operands.a, operands.b
         timer = self.timer or _eager_timer(self.device)
-        kernels = [
-            Kernel(candidate=VENDOR_DEFAULT, run=lambda: self.default(a, b), graphable=False),
-            Kernel(candidate=VENDOR_DEFAULT, run=lambda: runner(a, b), graphable=False),
-        ]
+        calls = [lambda: self.default(a, b), lambda: runner(a, b)]
+        kernels = [Kernel(candidate=VENDOR_DEFAULT, run=c, graphable=False) for c in calls]
         estimates = timer.estimate_us(kernels)
         s = self.admission
         reps = max(1, min(s.max_reps, int(s.target_us / max(max(estimates), 1e-3))))
         armed = [timer.arm(k, reps) for k in kernels]
-        rows = timer.sample_rounds(armed, [interleaved([0, 1], r) for r in range(s.rounds)])
-        default_us = statistics.median(row[0] for row in rows)
-        winner_us = statistics.median(row[1] for row in rows)
+        orders = [interleaved([0, 1], r) for r in range(s.rounds)]
+        rows = timer.sample_rounds(armed, orders)
+        host = self._host_us(calls, orders, reps=min(reps, 50))
+        default_us = statistics.median(row[0] for row in rows) + host[0]
+        winner_us = statistics.median(row[1] for row in rows) + host[1]
         return default_us / winner_us - 1
+
+    def _host_us(
+        self, calls: list[Callable[[], Any]], orders: list[list[int]], *, reps: int
+    ) -> list[float]:
+        """Return each call's median host time per call (µs), the device drained before each."""
+        import time
+
+        samples: list[list[float]] = [[] for _ in calls]
+        for order in orders:
+            for i in order:
+                self.device.synchronize()
+                start = time.perf_counter_ns()
+                for _ in range(reps):
+                    calls[i]()
+                samples[i].append((time.perf_counter_ns() - start) / 1e3 / reps)
+        self.device.synchronize()
+        return [statistics.median(v) for v in samples]
 
     # -- faults ------------------------------------------------------------------------------
     def _verify(self, route: Route, out: Any, default: Callable[[], Any]) -> Any:

@@ -107,14 +107,59 @@ def route_product(
         if out is None:
             return default()
         return out if bias is None else out + bias
-    sig = (name, a.dtype, a.get_device(), a.shape, a.stride(), b.shape, b.stride())
-    if a.dtype is _F32:
-        sig += (_FLAGS.allow_tf32,)
+    sig = _sig(name, a, b)
     route = rt.routes.get(sig) or rt.resolve(sig, a, b)
     route.calls += 1
     if route.runner is None and not _needs_grad(a, b, bias):
         return default()
     return _dispatch(rt, route, a, b, bias)
+
+
+def _sig(name: str, a: Any, b: Any) -> tuple[Any, ...]:
+    """Return what decides a call's problem: dtype, device, shapes and strides (and TF32)."""
+    if a.dtype is _F32:
+        return (
+            name,
+            a.dtype,
+            a.get_device(),
+            a.shape,
+            a.stride(),
+            b.shape,
+            b.stride(),
+            _FLAGS.allow_tf32,
+        )
+    return (name, a.dtype, a.get_device(), a.shape, a.stride(), b.shape, b.stride())
+
+
+def _kept_default(name: str, a: Any, b: Any) -> Route | None:
+    """Return the route of a call the default keeps, when decided before; else None.
+
+    The fast path of a miss: the signature and one lookup, nothing built per call.
+    """
+    rt = STATE.active
+    if rt is None or _is_compiling():
+        return None
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+        return None
+    dtype = a.dtype
+    if dtype is _F32:
+        sig = (
+            name,
+            dtype,
+            a.get_device(),
+            a.shape,
+            a.stride(),
+            b.shape,
+            b.stride(),
+            _FLAGS.allow_tf32,
+        )
+    else:
+        sig = (name, dtype, a.get_device(), a.shape, a.stride(), b.shape, b.stride())
+    route = rt.routes.get(sig)
+    if route is None or route.runner is not None:
+        return None
+    route.calls += 1
+    return route
 
 
 # -- the routing versions of torch's functions ------------------------------------------------
@@ -142,43 +187,64 @@ def linear_with(rt: Runtime | None, input: Any, weight: Any, bias: Any) -> Any:
     return out.view(*input.shape[:-1], weight.shape[0])
 
 
-def linear_module(rt: Runtime, routes: dict[Any, Route], module: Any, input: Any) -> Any:
-    """A linear layer's forward through `rt`; its routes are keyed by the input's shape alone.
+def linear_layer(rt: Runtime) -> Callable[[Any, Any], Any]:
+    """Return a forward for nn.Linear layers that routes through `rt`.
 
-    A layer's weight never changes layout, so a contiguous input of the weight's dtype
-    decides the problem by its shape: one attribute and a dict lookup per call.
+    A layer's routes are keyed by the input's shape alone: its weight never changes
+    layout, and a route to the default is right for any input, so a call the default
+    keeps costs one dict lookup over the layer's own forward.
     """
-    weight, bias = module.weight, module.bias
-    if input.dtype is not weight.dtype or not input.is_contiguous() or _is_compiling():
-        return linear_with(rt, input, weight, bias)
-    route = routes.get(input.shape)
-    if route is None:
-        k = input.shape[-1]
-        sig = ("linear-module", id(module), input.shape, input.get_device(), _tf32(input))
-        route = rt.routes.get(sig) or rt.resolve(sig, input.reshape(-1, k), weight.t())
-        routes[input.shape] = route
-    route.calls += 1
-    if route.runner is None and not _needs_grad(input, weight, bias):
-        return _linear(input, weight, bias)
-    out = _dispatch(rt, route, input.reshape(-1, input.shape[-1]), weight.t(), bias)
-    return out.view(*input.shape[:-1], weight.shape[0])
+    routes: dict[Any, Route] = {}
+    rt.layer_routes.append(routes)
+
+    def forward(self: Any, input: Any) -> Any:
+        route = None if _is_compiling() else routes.get(input.shape)
+        if route is not None and route.runner is None and not torch.is_grad_enabled():
+            route.calls += 1
+            return _linear(input, self.weight, self.bias)
+        weight, bias = self.weight, self.bias
+        if route is None or input.dtype is not weight.dtype or not input.is_contiguous():
+            if _is_compiling() or input.dtype is not weight.dtype or not input.is_contiguous():
+                return linear_with(rt, input, weight, bias)
+            k = input.shape[-1]
+            sig = ("linear-layer", id(self), input.shape, input.get_device(), _tf32(input))
+            route = rt.routes.get(sig) or rt.resolve(sig, input.reshape(-1, k), weight.t())
+            routes[input.shape] = route
+        route.calls += 1
+        if route.runner is None and not _needs_grad(input, weight, bias):
+            return _linear(input, weight, bias)
+        a = input if input.dim() == 2 else input.view(-1, input.shape[-1])
+        out = _dispatch(rt, route, a, weight.t(), bias)
+        return out if input.dim() == 2 else out.view(*input.shape[:-1], weight.shape[0])
+
+    return forward
 
 
-def conv1d_module(rt: Runtime, routes: dict[Any, Route], module: Any, x: Any) -> Any:
-    """transformers' Conv1D forward (y = addmm(bias, x, W), W stored [in, out]) through `rt`."""
-    weight, bias = module.weight, module.bias
-    a = x.view(-1, x.size(-1))
-    if x.dtype is not weight.dtype or not x.is_contiguous() or _is_compiling():
-        return addmm_with(rt, bias, a, weight).view(*x.shape[:-1], module.nf)
-    route = routes.get(x.shape)
-    if route is None:
-        sig = ("conv1d-module", id(module), x.shape, x.get_device(), _tf32(x))
-        route = rt.routes.get(sig) or rt.resolve(sig, a, weight)
-        routes[x.shape] = route
-    route.calls += 1
-    if route.runner is None and not _needs_grad(x, weight, bias):
-        return _addmm(bias, a, weight).view(*x.shape[:-1], module.nf)
-    return _dispatch(rt, route, a, weight, bias).view(*x.shape[:-1], module.nf)
+def conv1d_layer(rt: Runtime) -> Callable[[Any, Any], Any]:
+    """Return a forward for transformers' Conv1D (y = addmm(bias, x, W), W stored [in, out])."""
+    routes: dict[Any, Route] = {}
+    rt.layer_routes.append(routes)
+
+    def forward(self: Any, x: Any) -> Any:
+        route = None if _is_compiling() else routes.get(x.shape)
+        if route is not None and route.runner is None and not torch.is_grad_enabled():
+            route.calls += 1
+            out = _addmm(self.bias, x.view(-1, x.shape[-1]), self.weight)
+            return out.view(*x.shape[:-1], self.nf)
+        weight, bias = self.weight, self.bias
+        a = x.view(-1, x.shape[-1])
+        if route is None or x.dtype is not weight.dtype or not x.is_contiguous():
+            if _is_compiling() or x.dtype is not weight.dtype or not x.is_contiguous():
+                return addmm_with(rt, bias, a, weight).view(*x.shape[:-1], self.nf)
+            sig = ("conv1d-layer", id(self), x.shape, x.get_device(), _tf32(x))
+            route = rt.routes.get(sig) or rt.resolve(sig, a, weight)
+            routes[x.shape] = route
+        route.calls += 1
+        if route.runner is None and not _needs_grad(x, weight, bias):
+            return _addmm(bias, a, weight).view(*x.shape[:-1], self.nf)
+        return _dispatch(rt, route, a, weight, bias).view(*x.shape[:-1], self.nf)
+
+    return forward
 
 
 def _linear_via(rt: Runtime, input: Any, weight: Any, bias: Any) -> Any:
@@ -193,12 +259,16 @@ def _linear_via(rt: Runtime, input: Any, weight: Any, bias: Any) -> Any:
 def mm(input: Any, mat2: Any, *, out: Any = None) -> Any:
     if out is not None or STATE.active is None or not _plain(input, mat2):
         return _mm(input, mat2, out=out) if out is not None else _mm(input, mat2)
+    if _kept_default("mm", input, mat2) is not None:
+        return _mm(input, mat2)
     return route_product(STATE.active, "mm", input, mat2, None, lambda: _mm(input, mat2))
 
 
 def bmm(input: Any, mat2: Any, *, out: Any = None) -> Any:
     if out is not None or STATE.active is None or not _plain(input, mat2):
         return _bmm(input, mat2, out=out) if out is not None else _bmm(input, mat2)
+    if _kept_default("bmm", input, mat2) is not None:
+        return _bmm(input, mat2)
     return route_product(STATE.active, "bmm", input, mat2, None, lambda: _bmm(input, mat2))
 
 
@@ -209,6 +279,8 @@ def addmm(
     if not plain or STATE.active is None or type(input) not in _PLAIN:
         kwargs = {"beta": beta, "alpha": alpha} | ({"out": out} if out is not None else {})
         return _addmm(input, mat1, mat2, **kwargs)
+    if not input.requires_grad and _kept_default("addmm", mat1, mat2) is not None:
+        return _addmm(input, mat1, mat2)
     return addmm_with(STATE.active, input, mat1, mat2)
 
 
@@ -222,6 +294,8 @@ def matmul(input: Any, other: Any, *, out: Any = None) -> Any:
         return _matmul(input, other, out=out) if out is not None else _matmul(input, other)
     da, db = input.dim(), other.dim()
     if da == db and da in (2, 3):
+        if _kept_default("matmul", input, other) is not None:
+            return _matmul(input, other)
         return route_product(
             STATE.active, "matmul", input, other, None, lambda: _matmul(input, other)
         )
