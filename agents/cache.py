@@ -89,9 +89,7 @@ class ProbeCache:
                 return entry
         return None
 
-    def lookup(
-        self, problem: ProblemKey, hardware: HardwareSpec
-    ) -> tuple[CacheEntry | None, bool]:
+    def lookup(self, problem: ProblemKey, hardware: HardwareSpec) -> tuple[CacheEntry | None, bool]:
         """Return (entry, stale): this software's entry, or the newest from other versions.
 
         A stale entry is a winner measured under another driver, BLAS, torch or Triton:

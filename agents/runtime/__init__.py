@@ -76,7 +76,7 @@ def tune(model: Any, session: RuntimeSession | None = None, **options: Any) -> R
     rt = session.runtime
     for module in model.modules():
         if isinstance(module, torch.nn.Linear):
-            module.forward = types.MethodType(patching.linear_layer(rt), module)
+            module.forward = types.MethodType(patching.linear_layer(rt), module)  # type: ignore[method-assign]
         elif _is_conv1d(module):
             module.forward = types.MethodType(patching.conv1d_layer(rt), module)
     if session.fleet is not None:

@@ -47,7 +47,7 @@ def build_model(name: str, *, device: str = "cpu") -> Any:
                 num_hidden_layers=8,
                 vocab_size=128256,
                 max_position_embeddings=8192,
-                rope_theta=500000.0,
+                rope_theta=500000.0,  # type: ignore[call-arg]
             )
         ),
         # OPT-350m: a vocabulary of 50272, not a multiple of 64; 512-wide embeddings.

@@ -404,8 +404,8 @@ class Runtime:
     def problems(self) -> list[tuple[ProblemKey, int]]:
         """Return each product's problem with how many calls it had, most called first."""
         routes = {id(r): r for r in self.routes.values() if r.problem is not None}
-        counted = [(r.problem, r.calls) for r in routes.values()]
-        return sorted(counted, key=lambda pc: -pc[1])  # type: ignore[return-value]
+        counted = [(r.problem, r.calls) for r in routes.values() if r.problem is not None]
+        return sorted(counted, key=lambda pc: -pc[1])
 
     def decisions(self) -> list[Route]:
         """Return one route per problem seen."""

@@ -142,6 +142,7 @@ def _kept_default(name: str, a: Any, b: Any) -> Route | None:
     if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
         return None
     dtype = a.dtype
+    sig: tuple[Any, ...]
     if dtype is _F32:
         sig = (
             name,
@@ -173,8 +174,8 @@ def linear_with(rt: Runtime | None, input: Any, weight: Any, bias: Any) -> Any:
         return _linear(input, weight, bias)
     if _is_compiling():
         return _linear_via(rt, input, weight, bias)
-    sig = ("linear", input.dtype, input.get_device(), input.shape, input.stride())
-    sig += (weight.shape, weight.stride(), bias is None)
+    sig: tuple[Any, ...] = ("linear", input.dtype, input.get_device(), input.shape)
+    sig += (input.stride(), weight.shape, weight.stride(), bias is None)
     if input.dtype is _F32:
         sig += (_FLAGS.allow_tf32,)
     route = rt.routes.get(sig)
@@ -384,8 +385,8 @@ def traced_product(a: Any, b: Any, *, rt: Runtime, none_if_default: bool = False
     if str(a.dtype) not in _DTYPES:
         return None if none_if_default else _matmul(a, b)
     tf32 = bool(a.dtype is _F32 and a.device.type == "cuda" and _FLAGS.allow_tf32)
-    key = (rt.index, str(a.dtype), tf32, str(a.device), tuple(a.shape), tuple(a.stride()))
-    key += (tuple(b.shape), tuple(b.stride()))
+    key: tuple[Any, ...] = (rt.index, str(a.dtype), tf32, str(a.device), tuple(a.shape))
+    key += (tuple(a.stride()), tuple(b.shape), tuple(b.stride()))
     slot = slot_for(key)
     if slot < 0:
         return None if none_if_default else _matmul(a, b)

@@ -14,6 +14,7 @@ from agents.cache import ProbeCache
 from agents.runtime.dispatch import AdmissionSettings, Mode, Runtime
 from agents.runtime.fleet import FleetError, FleetPriors
 from tps.problem import ProblemKey
+from tps.schemas import ProbeRun
 
 log = logging.getLogger("agents.runtime")
 # Winners PyTorch's TunableOp names and runs itself on ROCm.
@@ -174,7 +175,11 @@ def _connect(
         policy=RetryPolicy(max_attempts=3, initial_s=0.5, max_s=5.0),
         metrics=AgentMetrics(),
     )
-    rt.on_probe = lambda run: spool.put([run])
+
+    def spool_run(run: ProbeRun) -> None:
+        spool.put([run])
+
+    rt.on_probe = spool_run
 
 
 def _host_id(agent: Any) -> str:

@@ -41,7 +41,10 @@ def apply_tunableop(cache: ProbeCache, results: str | Path) -> int:
     import torch
 
     tunable = torch.cuda.tunable
-    validators = dict(tunable.get_validators()) if tunable.is_enabled() else {}
+    validators: dict[str, str] = {}
+    if tunable.is_enabled():
+        # PyTorch documents a tuple of (key, value) pairs.
+        validators = {str(k): str(v) for k, v in tunable.get_validators()}  # type: ignore[str-unpack]
     rows = cache.export_tunableop_csv(results, validators=validators)
     os.environ.update(tunableop_environment(results))
     tunable.enable(True)
