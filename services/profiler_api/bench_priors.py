@@ -83,9 +83,7 @@ def run_priors_bench(
             log.print(message)
 
     quiet_client_logs()
-    path = find_dataset()
-    if path is None:
-        raise TPSError("no Kernel Tuner data: set TPS_KERNEL_TUNER_DATA")
+    path = find_dataset(Settings().kernel_tuner_data)
     say(f"reading {path} (holding out {config.holdout})")
     split = load_split(path, holdout=config.holdout)
     with scratch_database(database_url, prefix="tps_bench") as url:

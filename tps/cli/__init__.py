@@ -25,6 +25,10 @@ agent_probe.register(agent_app)
 agent_daemon.register(agent_app)
 
 
+# Libraries that log each server start, migration step or request at INFO: heard only at DEBUG.
+CHATTY_LOGGERS = ("pgserver", "alembic", "httpx")
+
+
 def _configure_logging() -> None:
     level = os.environ.get("TPS_LOG_LEVEL", "INFO").upper()
     logging.basicConfig(
@@ -34,6 +38,9 @@ def _configure_logging() -> None:
             RichHandler(console=Console(stderr=True), rich_tracebacks=False, show_path=False)
         ],
     )
+    if level != "DEBUG":
+        for name in CHATTY_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def main() -> None:
