@@ -85,13 +85,10 @@ def serve(
 ) -> None:
     """Run the TPS service (FastAPI on uvicorn); OpenAPI docs at /docs.
 
-    With no database configured it starts the embedded Postgres, and stops it again on
-    Ctrl-C or SIGTERM.
+    With no TPS_DATABASE_URL it starts the embedded Postgres, and stops it on Ctrl-C or SIGTERM.
 
     Examples:
-
-      tps serve                                   # embedded Postgres, http://127.0.0.1:8000
-
+      tps serve
       TPS_DATABASE_URL=postgresql://tps@db/tps tps serve --host 0.0.0.0 --workers 4
     """
     import uvicorn
@@ -142,14 +139,12 @@ def demo(
 ) -> None:
     """Run the whole job end to end: service, agents, priors, a model for an unseen GPU.
 
-    Uses the server of TPS_DATABASE_URL, else the embedded Postgres, and works in a database
-    of its own there. Exits non-zero, naming the step, when any step fails.
+    Uses the server of TPS_DATABASE_URL, else the embedded Postgres, in a database of its own.
+    Exits non-zero, naming the step, when a step fails. TPS_KERNEL_TUNER_DATA: other caches.
 
     Examples:
-
-      tps demo                          # writes into ./tps-demo
-
-      TPS_KERNEL_TUNER_DATA=~/caches tps demo --out /tmp/tps-demo
+      tps demo
+      TPS_KERNEL_TUNER_DATA=~/kernel-tuner-caches tps demo --out ~/tps-demo
     """
     from services.profiler_api.demo import DEMO_STEPS, DemoFailed, run_demo
     from services.profiler_api.training.demo import ModelDemo
@@ -208,11 +203,11 @@ def token_create(
 ) -> None:
     """Create a bearer token and print it once (alone on stdout); only its hash is stored.
 
+    Agent tokens push probe runs and read priors; admin tokens also retrain and manage models.
+
     Examples:
-
-      tps token create --org acme --role agent
-
-      export TPS_AGENT_TOKEN=$(tps token create --org acme --role agent --name gpu-node-7)
+      tps token create --org acme --role admin
+      export TPS_AGENT_TOKEN=$(tps token create --org acme --role agent)
     """
     from sqlalchemy.orm import Session
 
