@@ -1,6 +1,6 @@
 """`tps bench priors`: latency of POST /v1/priors answered from the model, over HTTP.
 
-On a scratch database: push the shared Kernel Tuner data without one GPU, retrain through
+On a scratch database: push the Kernel Tuner data without one GPU, retrain through
 the admin endpoint, then ask for that GPU's priors. Two figures, because the service keeps
 each model version's answers per (hardware, problem) in the process: `repeat` asks the same
 questions again (what a fleet of identical GPUs does), `first` changes the hardware
