@@ -21,10 +21,23 @@ TPS = [sys.executable, "-c", "from tps.cli import main; main()"]
 
 def _env(data_dir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "TPS_DATABASE_URL"}
-    return {**env, "TPS_DATA_DIR": str(data_dir), "TPS_TRAINING_WORKER": "false"}
+    tmp = data_dir.parent / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    return {
+        **env,
+        "TPS_DATA_DIR": str(data_dir),
+        "TPS_TRAINING_WORKER": "false",
+        "TMPDIR": str(tmp),
+    }
 
 
-def _wait_ready(process: subprocess.Popen[str], url: str, *, timeout_s: float = 120.0) -> None:
+def _left_in_tmp(data_dir: Path) -> list[str]:
+    # runtime-UID is pgserver's lock folder where XDG_RUNTIME_DIR is unset: one per user.
+    left = (data_dir.parent / "tmp").iterdir()
+    return [path.name for path in left if not path.name.startswith("runtime-")]
+
+
+def _wait_ready(process: subprocess.Popen[str], url: str, *, timeout_s: float = 300.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         assert process.poll() is None, process.communicate()
@@ -54,7 +67,7 @@ def test_sigterm_stops_the_embedded_postgres_and_token_create_is_quiet(tmp_path:
     data_dir = tmp_path / "pgdata"
     port = free_port()
     process = subprocess.Popen(
-        [*TPS, "serve", "--port", str(port)],
+        [*TPS, "serve", "--port", str(port), "--workers", "2"],
         env=_env(data_dir),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -64,13 +77,14 @@ def test_sigterm_stops_the_embedded_postgres_and_token_create_is_quiet(tmp_path:
         _wait_ready(process, f"http://127.0.0.1:{port}")
         assert _postmaster_running(data_dir)
         process.send_signal(signal.SIGTERM)
-        output, _ = process.communicate(timeout=60)
+        output, _ = process.communicate(timeout=180)
     finally:
         if process.poll() is None:
             process.kill()
     assert process.returncode == 0, output
     assert not _postmaster_running(data_dir), output
     assert json.loads((data_dir / ".handle_pids.json").read_text()) == []
+    assert _left_in_tmp(data_dir) == []  # the workers' metrics folder is gone too
     for noise in ("pg_ctl", "commandline", "initdb", "alembic", "Context impl", "Uvicorn"):
         assert noise not in output, output
     assert len(output.splitlines()) < 12, output

@@ -10,6 +10,7 @@ import errno
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 from enum import StrEnum
@@ -94,10 +95,12 @@ def serve(
     import uvicorn
 
     from services.profiler_api import migrate as migrations
-    from services.profiler_api.metrics import multiprocess_env
+    from services.profiler_api.metrics import MULTIPROC_ENV, multiprocess_env
     from services.profiler_api.settings import Settings
 
     check_port_free(host, port)
+    for stop in (signal.SIGTERM, signal.SIGINT):  # from here on, a stop runs the exit handlers
+        signal.signal(stop, _exit_on_signal)
     embedded = not (database_url or os.environ.get("TPS_DATABASE_URL"))
     url = _database_url(database_url)
     if embedded:
@@ -106,9 +109,9 @@ def serve(
         migrations.upgrade(url)
         console.print(f"schema at {migrations.current(url)}", highlight=False)
     os.environ["TPS_DATABASE_URL"] = url  # the workers read it through Settings
-    os.environ.update(multiprocess_env(workers))
-    for stop in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(stop, _exit_on_signal)
+    metrics_env = multiprocess_env(workers)
+    own_metrics_dir = metrics_env.get(MULTIPROC_ENV) if MULTIPROC_ENV not in os.environ else None
+    os.environ.update(metrics_env)
     console.print(
         f"TPS service on http://{host}:{port} (docs at /docs); Ctrl-C or SIGTERM stops it",
         highlight=False,
@@ -125,6 +128,8 @@ def serve(
             log_level="info" if verbose else "warning",
         )
     finally:
+        if own_metrics_dir:
+            shutil.rmtree(own_metrics_dir, ignore_errors=True)
         console.print("TPS service stopped", highlight=False)
 
 
