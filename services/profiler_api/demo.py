@@ -73,8 +73,8 @@ def start_database(ctx: DemoContext) -> None:
         ctx.database_url = recreate_database(server_url, ctx.database_name)
     except (psycopg.Error, ValueError) as exc:
         raise DemoFailed(
-            f"the demo makes a database of its own, {ctx.database_name!r}, on the server of "
-            f"TPS_DATABASE_URL, and could not: {exc}".strip()
+            f"could not make the demo's own database {ctx.database_name!r} on the Postgres "
+            f"server: {exc}"
         ) from exc
     migrate.upgrade(ctx.database_url)
     where = (
