@@ -15,7 +15,8 @@ from models.dataset import TuningData
 from models.kernel_tuner import import_file
 from tps.schemas import ProbeRun
 
-KERNEL_TUNER = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "kernel_tuner"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+KERNEL_TUNER = REPO_ROOT / "benchmarks" / "data" / "kernel_tuner"
 GPUS = ("A100", "A4000", "A6000", "W7800")
 SUBSAMPLE = 400
 
