@@ -5,6 +5,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # torch is pinned to the CPU build this project is tested with; GPU hosts install their own.
 TORCH ?= torch==2.13.0
+# Where `make demo` writes its plot and the agents' caches.
+DEMO_OUT ?= tps-demo
 
 .PHONY: demo test lint install clean
 
@@ -18,7 +20,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/tps demo
+	$(BIN)/tps demo --out $(DEMO_OUT)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -33,6 +33,14 @@ DEFAULT_CAPACITY = 2048
 IMPORTED = "tunableop-import"
 # Only these backends can be named in a TunableOp file; other winners are not exported.
 TUNABLEOP_SOLUTIONS = frozenset({"vendor-default", "hipblaslt", "rocblas"})
+# The results files TPS writes, by the backends each may name. On ROCm, TunableOp tunes among
+# hipBLASLt and rocBLAS solutions (PYTORCH_TUNABLEOP_HIPBLASLT_ENABLED / _ROCBLAS_ENABLED turn
+# either off); a file for one library names only its solutions and `Default`.
+EXPORT_FORMATS: dict[str, frozenset[str]] = {
+    "tunableop": TUNABLEOP_SOLUTIONS,
+    "hipblaslt": frozenset({"vendor-default", "hipblaslt"}),
+    "rocblas": frozenset({"vendor-default", "rocblas"}),
+}
 
 
 class CacheEntry(BaseModel):
@@ -182,18 +190,23 @@ class ProbeCache:
 
     # -- TunableOp -----------------------------------------------------------------------
     def export_tunableop_csv(
-        self, path: str | Path, *, validators: dict[str, str] | None = None
+        self,
+        path: str | Path,
+        *,
+        validators: dict[str, str] | None = None,
+        solutions: frozenset[str] = TUNABLEOP_SOLUTIONS,
     ) -> int:
         """Write GEMM winners PyTorch can run by name; return how many rows were written.
 
         TunableOp names only its own solutions (`Default`, hipBLASLt and rocBLAS ids), so
-        cuBLASLt, Triton and padded winners have no row. `validators` should be what
+        cuBLASLt, Triton and padded winners have no row; `solutions` narrows the backends
+        further (EXPORT_FORMATS). `validators` should be what
         `torch.cuda.tunable.get_validators()` says on the host that will read the file.
         """
         rows: dict[tuple[str, str], TunableResult] = {}
         torch_version = None
         for e in self._entries.values():
-            if e.problem.op != "gemm" or e.winner.backend not in TUNABLEOP_SOLUTIONS:
+            if e.problem.op != "gemm" or e.winner.backend not in solutions & TUNABLEOP_SOLUTIONS:
                 continue
             if e.problem.batch > 1 or e.problem.stride_a is not None:
                 continue

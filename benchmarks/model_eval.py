@@ -1,9 +1,9 @@
 """Leave-one-GPU-out figures of the cross-architecture model, as BENCHMARKS.md shows them.
 
-Runs `tps evaluate --all --json` on the shared Kernel Tuner data (and, when present, leave-
-one-configuration-out on the H200 GEMM probe runs in benchmarks/data/), writes the raw
-reports to benchmarks/results/model_*.json, a score@k plot per dataset, and prints the
-Markdown tables.
+Runs `tps evaluate --all --json` on the Kernel Tuner data (benchmarks/data/kernel_tuner, or
+TPS_KERNEL_TUNER_DATA) and, when present, leave-one-configuration-out on the H200 GEMM probe
+runs in benchmarks/data/; writes the raw reports to benchmarks/results/model_*.json, a score@k
+plot per dataset, and prints the Markdown tables.
 
     .venv/bin/python benchmarks/model_eval.py [--kernel-tuner DIR] [--gemm DIR] [--skip-gemm]
 """
@@ -19,6 +19,9 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+
+from services.profiler_api.settings import Settings
+from services.profiler_api.training.kernel_tuner import find_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -126,7 +129,7 @@ def evaluate(name: str, data: Path, out: Path, plot: Path, extra: dict | None = 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--kernel-tuner", type=Path, default=REPO.parent / "shared" / "datasets" / "kernel_tuner"
+        "--kernel-tuner", type=Path, default=find_dataset(Settings().kernel_tuner_data)
     )
     parser.add_argument("--gemm", type=Path, default=REPO / "benchmarks" / "data")
     parser.add_argument("--skip-gemm", action="store_true")

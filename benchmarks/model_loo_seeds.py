@@ -24,6 +24,8 @@ import numpy as np
 from models.dataset import TuningData
 from models.evaluation import configurations, evaluate_holdout, match_hardware
 from models.sources import load_runs
+from services.profiler_api.settings import Settings
+from services.profiler_api.training.kernel_tuner import find_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -130,9 +132,7 @@ def nested(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--data", type=Path, default=REPO.parent / "shared" / "datasets" / "kernel_tuner"
-    )
+    parser.add_argument("--data", type=Path, default=find_dataset(Settings().kernel_tuner_data))
     parser.add_argument("--seeds", type=int, default=8)
     parser.add_argument("--inner-seeds", type=int, default=2)
     args = parser.parse_args()

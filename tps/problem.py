@@ -62,6 +62,18 @@ OPS: dict[str, OpSpec] = {
 }
 
 
+def dims_doc() -> str:
+    """Return the dims each op takes, in words (the OpenAPI description of `dims`)."""
+    words = []
+    for spec in OPS.values():
+        if spec.free_dims:
+            words.append(f"{spec.name}: its own named dims")
+            continue
+        optional = f" (optional {', '.join(spec.optional_dims)})" if spec.optional_dims else ""
+        words.append(f"{spec.name}: {', '.join(spec.required_dims)}{optional}")
+    return "positive ints named per op; " + "; ".join(words)
+
+
 def register_op(spec: OpSpec) -> None:
     """Make an op known to problem validation."""
     OPS[spec.name] = spec
@@ -79,7 +91,10 @@ class ProblemKey(BaseModel):
 
     op: str = Field(min_length=1, max_length=64)
     dtype: Dtype = "fp32"
-    dims: dict[str, int]
+    dims: dict[str, int] = Field(
+        description=dims_doc(),
+        examples=[{"m": 4096, "n": 4096, "k": 4096}, {"rows": 8192, "cols": 4096}],
+    )
     trans_a: bool = False
     trans_b: bool = False
     lda: int | None = Field(default=None, gt=0)

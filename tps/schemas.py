@@ -103,11 +103,22 @@ class ProbeRunBatch(Strict):
     runs: list[ProbeRun] = Field(min_length=1, max_length=MAX_BATCH_RUNS)
 
 
+class IngestedRun(Strict):
+    """The ids under which a run's hardware and problem are stored, as later queries name them."""
+
+    run_id: UUID
+    hardware_id: str = Field(description="the hardware fingerprint: GET /v1/priors?hardware_id=")
+    problem_hash: str = Field(description="the problem's hash: GET /v1/priors?problem=")
+
+
 class IngestResult(Strict):
     accepted: int
     duplicates: int
     measurements: int
     duplicate_run_ids: list[UUID] = Field(default_factory=list)
+    runs: list[IngestedRun] = Field(
+        default_factory=list, description="every run of the batch, accepted or duplicate"
+    )
 
 
 PriorSource = Literal["observed", "model", "family", "nearest"]

@@ -1,6 +1,6 @@
 """`tps bench priors`: latency of POST /v1/priors answered from the model, over HTTP.
 
-On a scratch database: push the shared Kernel Tuner data without one GPU, retrain through
+On a scratch database: push the Kernel Tuner data without one GPU, retrain through
 the admin endpoint, then ask for that GPU's priors. Two figures, because the service keeps
 each model version's answers per (hardware, problem) in the process: `repeat` asks the same
 questions again (what a fleet of identical GPUs does), `first` changes the hardware
@@ -83,9 +83,7 @@ def run_priors_bench(
             log.print(message)
 
     quiet_client_logs()
-    path = find_dataset()
-    if path is None:
-        raise TPSError("no Kernel Tuner data: set TPS_KERNEL_TUNER_DATA")
+    path = find_dataset(Settings().kernel_tuner_data)
     say(f"reading {path} (holding out {config.holdout})")
     split = load_split(path, holdout=config.holdout)
     with scratch_database(database_url, prefix="tps_bench") as url:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,13 +38,38 @@ def start_embedded(data_dir: Path) -> str:
 
     The server stops when the last process that started it exits; the data stays.
     """
-    import pgserver  # imported here: only the embedded mode needs the wheel
+    with warnings.catch_warnings():
+        # Without XDG_RUNTIME_DIR, platformdirs warns that pgserver's lock goes to /tmp/runtime-UID.
+        warnings.simplefilter("ignore")
+        import pgserver  # imported here: only the embedded mode needs the wheel
+        from pgserver.postgres_server import PostgresServer
 
     data_dir.parent.mkdir(parents=True, exist_ok=True)
+    with PostgresServer._lock:  # pgserver's own lock over its handle file
+        forget_dead_handles(data_dir)
     server = pgserver.get_server(data_dir, cleanup_mode="stop")
     url = sqlalchemy_url(server.get_uri())
-    log.info("embedded Postgres at %s (data in %s)", url, data_dir)
+    log.debug("embedded Postgres at %s (data in %s)", url, data_dir)
     return url
+
+
+def forget_dead_handles(data_dir: Path) -> list[int]:
+    """Drop the pids of processes that died holding the embedded server; return the dropped.
+
+    pgserver stops the server when its last holder exits, and counts holders in a pid file. A
+    holder that was killed never takes its pid out, and the server would then run forever.
+    """
+    import psutil
+
+    handles = data_dir / ".handle_pids.json"
+    if not handles.is_file():
+        return []
+    pids: list[int] = json.loads(handles.read_text() or "[]")
+    dead = [pid for pid in pids if not psutil.pid_exists(pid)]
+    if dead:
+        handles.write_text(json.dumps([pid for pid in pids if pid not in dead]))
+        log.info("embedded Postgres: forgot holders %s that exited without letting go", dead)
+    return dead
 
 
 def resolve_database_url(settings: Settings) -> str:
@@ -65,6 +92,21 @@ def make_engine(url: str, settings: Settings) -> Engine:
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:
     """Return the session factory the request boundary opens sessions from."""
     return sessionmaker(engine, expire_on_commit=False)
+
+
+def recreate_database(url: str, name: str) -> str:
+    """Drop database `name` on `url`'s server if it exists, create it empty, and return its URL.
+
+    `url`'s own database is never the one dropped.
+    """
+    parsed = make_url(sqlalchemy_url(url))
+    if parsed.database == name:
+        raise ValueError(f"refusing to drop {name!r}: it is the configured database itself")
+    database = sql.Identifier(name)
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(database))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(database))
+    return parsed.set(database=name).render_as_string(hide_password=False)
 
 
 @contextmanager

@@ -1,7 +1,9 @@
-"""`tps demo`: the whole job end to end, as a list of steps that later issues extend.
+"""`tps demo`: the whole job end to end, as a list of steps.
 
-Each step takes the shared DemoContext and adds to it. Add a step with `add_demo_step`
-(e.g. an agent probing real kernels after "push probe runs", a model after "read priors").
+Each step takes the shared DemoContext and adds to it; a step that cannot do its part raises,
+and the demo stops there (`DemoFailed`), never reporting done. The demo works in a database of
+its own (`tps_demo`, made afresh on each run on the configured or embedded server), so that
+whatever else that server holds, its organisation, runs and model lineage are the demo's alone.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import psycopg
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy.orm import Session
@@ -20,12 +23,15 @@ from sqlalchemy.orm import Session
 from models.sources import read_probe_runs_jsonl
 from services.profiler_api import migrate
 from services.profiler_api.auth.service import Role, create_token
-from services.profiler_api.db import make_engine, resolve_database_url
+from services.profiler_api.db import make_engine, recreate_database, resolve_database_url
 from services.profiler_api.runner import quiet_client_logs, running_service
 from services.profiler_api.settings import Settings
+from tps.errors import TPSError
 from tps.schemas import Prior, ProbeRun, ProbeRunBatch
 
 DEMO_ORG = "demo"
+DEMO_DATABASE = "tps_demo"
+DEFAULT_OUTPUT = Path("tps-demo")
 # Real measurements shipped with the checkout (see benchmarks/data/README.md).
 H200_DATASET = Path(__file__).resolve().parents[2] / "benchmarks/data/gemm_h200_probe_runs.jsonl.gz"
 DEMO_BATCH = 100
@@ -38,6 +44,8 @@ class DemoContext:
     console: Console
     stack: ExitStack
     settings: Settings = field(default_factory=Settings)
+    database_name: str = DEMO_DATABASE
+    output_dir: Path = DEFAULT_OUTPUT
     database_url: str = ""
     base_url: str = ""
     tokens: dict[Role, str] = field(default_factory=dict)
@@ -54,14 +62,30 @@ class DemoContext:
 DemoStep = Callable[[DemoContext], None]
 
 
+class DemoFailed(TPSError):
+    """A step of the demo could not do its part; the demo stops there."""
+
+
 def start_database(ctx: DemoContext) -> None:
-    """Use TPS_DATABASE_URL or start the embedded Postgres; upgrade the schema."""
-    ctx.database_url = resolve_database_url(ctx.settings)
+    """Make the demo's own database on TPS_DATABASE_URL's server or the embedded one."""
+    server_url = resolve_database_url(ctx.settings)
+    try:
+        ctx.database_url = recreate_database(server_url, ctx.database_name)
+    except (psycopg.Error, ValueError) as exc:
+        raise DemoFailed(
+            f"could not make the demo's own database {ctx.database_name!r} on the Postgres "
+            f"server: {exc}"
+        ) from exc
     migrate.upgrade(ctx.database_url)
     where = (
-        "TPS_DATABASE_URL" if ctx.settings.database_url else f"embedded, {ctx.settings.data_dir}"
+        "TPS_DATABASE_URL's server"
+        if ctx.settings.database_url
+        else f"embedded, {ctx.settings.data_dir}"
     )
-    ctx.console.print(f"Postgres ready ({where}); schema at {migrate.current(ctx.database_url)}")
+    ctx.console.print(
+        f"Postgres ready ({where}); database {ctx.database_name!r} made afresh for the demo, "
+        f"schema at {migrate.current(ctx.database_url)}"
+    )
 
 
 def create_tokens(ctx: DemoContext) -> None:
@@ -86,8 +110,7 @@ def start_service(ctx: DemoContext) -> None:
 def push_probe_runs(ctx: DemoContext) -> None:
     """Push the measured H200 GEMM dataset over HTTP, gzip-encoded, in batches."""
     if not H200_DATASET.is_file():
-        ctx.console.print(f"[yellow]no measured dataset at {H200_DATASET}; nothing to push")
-        return
+        raise DemoFailed(f"no measured dataset at {H200_DATASET} (shipped with the checkout)")
     ctx.runs = list(read_probe_runs_jsonl(H200_DATASET))
     accepted = duplicates = measurements = 0
     with ctx.client() as client:
@@ -106,7 +129,6 @@ def push_probe_runs(ctx: DemoContext) -> None:
     ctx.console.print(
         f"pushed {len(ctx.runs)} probe runs measured on an H200 ({H200_DATASET.name}): "
         f"{accepted} accepted ({measurements} measurements), {duplicates} duplicates"
-        + (" (already sent by an earlier demo)" if duplicates else "")
     )
 
 
@@ -158,15 +180,30 @@ def run_demo(
     *,
     settings: Settings | None = None,
     steps: list[tuple[str, DemoStep]] | None = None,
+    database: str = DEMO_DATABASE,
+    output_dir: Path = DEFAULT_OUTPUT,
 ) -> DemoContext:
-    """Run the demo's steps in order; the service stops when they are done."""
+    """Run the demo's steps in order; the service stops when they are done.
+
+    Raises DemoFailed, naming the step, when one fails; "demo done" means every step did its part.
+    """
     quiet_client_logs()
     steps = DEMO_STEPS if steps is None else steps
     with ExitStack() as stack:
-        ctx = DemoContext(console=console, stack=stack, settings=settings or Settings())
+        ctx = DemoContext(
+            console=console,
+            stack=stack,
+            settings=settings or Settings(),
+            database_name=database,
+            output_dir=output_dir,
+        )
         for number, (title, step) in enumerate(steps, start=1):
             console.rule(f"[bold]{number}. {title}")
-            step(ctx)
+            try:
+                step(ctx)
+            except Exception as exc:
+                console.rule(f"[bold red]demo failed at step {number}: {title}")
+                raise DemoFailed(f"step {number} ({title}): {exc}") from exc
         console.rule("[bold green]demo done")
         return ctx
 

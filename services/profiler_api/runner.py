@@ -80,7 +80,10 @@ def running_service(
     env: dict[str, str] | None = None,
     startup_timeout_s: float = 60.0,
 ) -> Iterator[RunningService]:
-    """Start the service against an already migrated database; stop it on exit."""
+    """Start the service against an already migrated database; stop it on exit.
+
+    The service's log lives in a temporary file until then (`RunningService.log()`).
+    """
     port = port or free_port()
     base_url = f"http://127.0.0.1:{port}"
     command = [
@@ -113,3 +116,4 @@ def running_service(
             process.wait()
         if own_metrics_dir:
             shutil.rmtree(own_metrics_dir, ignore_errors=True)
+        log_path.unlink(missing_ok=True)  # its tail is in any ServiceStartError

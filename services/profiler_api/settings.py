@@ -42,5 +42,10 @@ class Settings(BaseSettings):
     training_stale_s: float = Field(
         default=3600.0, gt=0, description="a running job older than this is claimed again"
     )
+    kernel_tuner_data: Path | None = Field(
+        default=None,
+        description="Kernel Tuner caches that `tps demo` and `tps bench priors` import; "
+        "unset: the five GPUs shipped in benchmarks/data/kernel_tuner",
+    )
     # Ingest allocates many small objects; fewer young-generation collections keep it fast.
     gc_threshold: int = Field(default=50_000, gt=0)

@@ -1,6 +1,7 @@
-"""Fixtures of the model tests: a subsample of the shared Kernel Tuner data.
+"""Fixtures of the model tests: a subsample of the Kernel Tuner data shipped in the checkout.
 
-The shared datasets live beside the clone (`<repo>/../shared/datasets`), as they do in CI.
+The tests always read `benchmarks/data/kernel_tuner`, never TPS_KERNEL_TUNER_DATA, so that their
+expectations (these GPUs, these files) hold wherever they run.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from models.kernel_tuner import import_file
 from tps.schemas import ProbeRun
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-KERNEL_TUNER = REPO_ROOT.parent / "shared" / "datasets" / "kernel_tuner"
+KERNEL_TUNER = REPO_ROOT / "benchmarks" / "data" / "kernel_tuner"
 GPUS = ("A100", "A4000", "A6000", "W7800")
 SUBSAMPLE = 400
 
@@ -23,7 +24,7 @@ SUBSAMPLE = 400
 @pytest.fixture(scope="session")
 def kernel_tuner_dir() -> Path:
     if not (KERNEL_TUNER / "convolution_milo").is_dir():
-        raise FileNotFoundError(f"the shared Kernel Tuner data is missing: {KERNEL_TUNER}")
+        raise FileNotFoundError(f"the Kernel Tuner data of the checkout is missing: {KERNEL_TUNER}")
     return KERNEL_TUNER
 
 

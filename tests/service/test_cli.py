@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import pytest
 from rich.console import Console
+from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
 from models.sources import read_probe_runs_jsonl
 from services.profiler_api.bench import IngestBenchConfig, run_ingest_bench
+from services.profiler_api.db import scratch_database
 from services.profiler_api.demo import H200_DATASET, run_demo
 from services.profiler_api.settings import Settings
 from tps.cli import app
@@ -28,17 +31,32 @@ def test_worker_once_with_an_empty_queue(migrated_database_url: str) -> None:
     assert "no queued job" in result.output or "ran job" in result.output
 
 
-def test_demo_pushes_runs_and_reads_priors(postgres_server_url: str) -> None:
-    from services.profiler_api.db import scratch_database
-
+def test_demo_pushes_runs_and_reads_priors(postgres_server_url: str, tmp_path: Path) -> None:
     out = io.StringIO()
     with scratch_database(postgres_server_url, prefix="tps_demo") as url:
-        ctx = run_demo(Console(file=out, width=120), settings=Settings(database_url=url))
+        ctx = run_demo(
+            Console(file=out, width=120),
+            settings=Settings(database_url=postgres_server_url),
+            database=make_url(url).database or "",
+            output_dir=tmp_path,
+        )
     text = out.getvalue()
     shipped = sum(1 for _ in read_probe_runs_jsonl(H200_DATASET))
     assert shipped > 0 and len(ctx.runs) == shipped
     assert f"{shipped} accepted" in text
     assert text.count("source: observed") == 3
+
+
+def test_demo_exits_nonzero_naming_the_failed_step(migrated_database_url: str) -> None:
+    own = make_url(migrated_database_url).database or ""
+    result = CliRunner().invoke(
+        app, ["demo", "--database", own], env={"TPS_DATABASE_URL": migrated_database_url}
+    )
+    text = " ".join(result.output.split())
+    assert result.exit_code == 1, result.output
+    assert "demo failed: step 1 (start Postgres)" in text
+    assert f"refusing to drop '{own}': it is the configured database itself" in text
+    assert "demo done" not in text
 
 
 def test_bench_ingest_reports_both_rates(postgres_server_url: str) -> None:

@@ -32,7 +32,16 @@ def _stored_runs(service: LiveService, run_ids: list[uuid.UUID]) -> int:
 def test_push_and_read_back(live_service: LiveService) -> None:
     runs = [probe_run(), probe_run()]
     result = _push(live_service, batch_body(runs))
+    named = result.pop("runs")
     assert result == {"accepted": 2, "duplicates": 0, "measurements": 6, "duplicate_run_ids": []}
+    assert named == [
+        {
+            "run_id": str(run.run_id),
+            "hardware_id": run.hardware.fingerprint(),
+            "problem_hash": run.problem.key_hash(),
+        }
+        for run in runs
+    ]
     with live_service.client() as client:
         stored = ProbeRun.model_validate(client.get(f"/v1/probe-runs/{runs[0].run_id}").json())
     assert stored == runs[0]

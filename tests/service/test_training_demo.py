@@ -3,49 +3,71 @@
 from __future__ import annotations
 
 import io
-from contextlib import ExitStack
 from pathlib import Path
 
+import pytest
 from rich.console import Console
-from sqlalchemy.orm import Session
+from sqlalchemy.engine import make_url
 
-from services.profiler_api import migrate
-from services.profiler_api.auth.service import Role, create_token
-from services.profiler_api.db import make_engine, scratch_database
-from services.profiler_api.demo import DemoContext
-from services.profiler_api.runner import running_service
+from services.profiler_api.db import scratch_database
+from services.profiler_api.demo import (
+    DemoFailed,
+    create_tokens,
+    run_demo,
+    start_database,
+    start_service,
+)
 from services.profiler_api.settings import Settings
 from services.profiler_api.training.demo import ModelDemo
 from tests.factories import tuning_runs
 
+SERVICE_STEPS = [
+    ("start Postgres", start_database),
+    ("create tokens", create_tokens),
+    ("start the service", start_service),
+]
 
-def test_model_demo_steps_train_ask_and_plot(postgres_server_url: str, tmp_path: Path) -> None:
+
+def test_model_demo_runs_twice_on_the_same_server(postgres_server_url: str, tmp_path: Path) -> None:
     runs = tuning_runs(["RTX A4000", "RTX A6000", "W6600", "A100", "W7800"], variant="demo")
     dataset = tmp_path / "runs.jsonl"
     dataset.write_text("".join(run.model_dump_json() + "\n" for run in runs))
+    settings = Settings(database_url=postgres_server_url)
+    with scratch_database(postgres_server_url, prefix="tps_demo") as url:
+        name = make_url(url).database or ""
+        for attempt in (1, 2):  # the second run finds the first one's database, model and all
+            out = io.StringIO()
+            demo = ModelDemo(dataset=dataset)
+            run_demo(
+                Console(file=out, width=120),
+                settings=settings,
+                steps=SERVICE_STEPS + demo.steps(),
+                database=name,
+                output_dir=tmp_path / "out",
+            )
+            text = " ".join(out.getvalue().split())  # as read, without the console's line breaks
+            assert f"database '{name}' made afresh" in text, attempt
+            assert f"pushed {len(runs) - 1} Kernel Tuner runs" in text, attempt
+            assert "kept AMD Radeon PRO W7800 aside" in text
+            assert demo.job["state"] == "succeeded", demo.job
+            assert demo.job["model_version"] == 1, attempt  # a lineage of its own, every run
+            assert "true ranks among 48 valid configurations" in text
+            assert "source: model" in text or "source: nearest" in text
+            assert demo.plot_written == tmp_path / "out" / "score_at_k.png"
+            assert demo.plot_written.read_bytes().startswith(b"\x89PNG")
+            assert "demo done" in text
+
+
+def test_a_failed_step_stops_the_demo_without_done(tmp_path: Path) -> None:
+    settings = Settings(kernel_tuner_data=tmp_path / "absent")
     out = io.StringIO()
-    demo = ModelDemo(dataset=dataset, plot_path=tmp_path / "score_at_k.png")
-    with scratch_database(postgres_server_url, prefix="tps_demo") as url, ExitStack() as stack:
-        migrate.upgrade(url)
-        engine = make_engine(url, Settings())
-        with Session(engine) as session, session.begin():
-            tokens = {role: create_token(session, org="demo", role=role) for role in Role}
-        engine.dispose()
-        service = stack.enter_context(running_service(url))
-        ctx = DemoContext(
-            console=Console(file=out, width=120),
-            stack=stack,
-            settings=Settings(database_url=url),
-            database_url=url,
-            base_url=service.base_url,
-            tokens=tokens,
+    with pytest.raises(DemoFailed, match=r"step 1 \(import Kernel Tuner data.*absent"):
+        run_demo(
+            Console(file=out, width=200),
+            settings=settings,
+            steps=ModelDemo().steps(),
+            output_dir=tmp_path / "out",
         )
-        for _, step in demo.steps():
-            step(ctx)
-    text = " ".join(out.getvalue().split())  # as read, without the console's line breaks
-    assert "kept AMD Radeon PRO W7800 aside" in text
-    assert demo.job["state"] == "succeeded", demo.job
-    assert "true ranks among 48 valid configurations" in text
-    assert "source: model" in text or "source: nearest" in text
-    assert demo.plot_written == tmp_path / "score_at_k.png"
-    assert demo.plot_written.read_bytes().startswith(b"\x89PNG")
+    assert "demo failed at step 1" in out.getvalue()
+    assert "demo done" not in out.getvalue()
+    assert not (tmp_path / "out").exists()

@@ -5,9 +5,15 @@ from __future__ import annotations
 import signal
 import threading
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from agents.daemon.daemon import AgentDaemon
+    from tps.schemas import ProbeRun
 
 ConfigOption = Annotated[
     Path | None,
@@ -27,7 +33,16 @@ def run(
         bool, typer.Option(help="probe what the sources hold now, push it all, and exit")
     ] = False,
 ) -> None:
-    """Probe the workload's problems, spool the runs and push them until SIGTERM."""
+    """Probe the workload's problems, spool the runs and push them until SIGTERM.
+
+    Needs TPS_AGENT_TOKEN (an agent token) and TPS_AGENT_DEPLOYMENT_SECRET (shared by the hosts
+    of one deployment; it salts the host id). With --once it probes what the sources hold now,
+    pushes it all, and ends with a table of what it probed, pushed and chose.
+
+    Examples:
+      tps agent run --config deploy/agent.yaml
+      TPS_AGENT_DEVICE=cpu tps agent run --config agent.yaml --once
+    """
     from rich.console import Console
 
     from agents.daemon.assemble import build_daemon
@@ -36,9 +51,10 @@ def run(
 
     console = Console(stderr=True)
     stop = threading.Event()
+    runs: list[ProbeRun] = []
     try:
         settings = load_settings(config)
-        agent = build_daemon(settings)
+        agent = build_daemon(settings, on_run=runs.append)
     except AgentError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
@@ -56,11 +72,62 @@ def run(
     console.print(f"agent {agent.host_id[:12]} shipping to {settings.service_url}")
     try:
         agent.daemon.run(stop, once=once)
+        if once:
+            Console().print(run_summary(runs, agent.daemon))
     except AgentError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
     finally:
         agent.close()
+
+
+def run_summary(runs: list[ProbeRun], daemon: AgentDaemon) -> Table:
+    """Return a table of the runs probed: the winner and its speedup, whether priors steered."""
+    from rich.table import Table
+
+    from tps.cli.agent_probe import summary
+
+    def winner_label(run: ProbeRun) -> str:
+        labels = {m.candidate.id: m.candidate.label() for m in run.measurements}
+        return labels.get(run.winner_id or "", "none valid")
+
+    def count(name: str) -> int:
+        return int(daemon.metrics.registry.get_sample_value(name) or 0)
+
+    pushed = count("tps_agent_runs_pushed_total") + count("tps_agent_runs_resent_total")
+    table = Table(
+        title="TPS agent: this pass",
+        caption=(
+            f"probed {len(runs)}, pushed {pushed}, "
+            f"{count('tps_agent_problems_skipped_total')} answered from the cache, "
+            f"{daemon.spool.depth()} left in the spool, "
+            f"{count('tps_agent_runs_dropped_total')} dropped"
+        ),
+    )
+    table.add_column("problem", overflow="fold")
+    table.add_column("probed", justify="right")
+    table.add_column("priors", justify="right")
+    table.add_column("chosen", overflow="fold")
+    table.add_column("µs", justify="right")
+    table.add_column("vs default", justify="right")
+    for run in runs:
+        chosen = summary(run)
+        winner, speedup = chosen["winner"], chosen["speedup_vs_default"]
+        priors = "-"
+        if run.priors.used:
+            rank = run.priors.winner_rank
+            priors = f"{len(run.priors.candidate_ids)} tried" + (
+                f", won #{rank + 1}" if rank is not None else ""
+            )
+        table.add_row(
+            chosen["problem"],
+            str(len(run.measurements)),
+            priors,
+            winner_label(run),
+            f"{winner['median_us']:.2f}" if winner and winner["median_us"] else "-",
+            f"{speedup:.2f}x" if speedup else "-",
+        )
+    return table
 
 
 def status(config: ConfigOption = None) -> None:

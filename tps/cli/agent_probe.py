@@ -120,7 +120,16 @@ def register(agent_app: typer.Typer) -> None:
         ] = False,
         as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     ) -> None:
-        """Probe one problem: every candidate measured, the winner and its speedup."""
+        """Probe one problem: every candidate measured, the winner and its speedup.
+
+        Probe time (kernels compiled) and compile time are reported apart; --json prints one
+        object with every candidate's median, spread, samples and validity.
+
+        Examples:
+          tps agent probe --op gemm --shape 4096x4096x4096 --dtype bf16 --trans-b
+          tps agent probe --op layernorm --shape 8192x4096 --device cpu --json
+          tps agent probe --op conv2d --shape 32x64x56x56x64x3x3x1x1 --cold-cache
+        """
         from agents.errors import AgentError
         from agents.opconfig import OpConfig
         from agents.probe.engine import build_engine

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import shutil
 
 from services.profiler_api.auth.service import Role
 from services.profiler_api.demo import DemoContext, DemoStep
@@ -45,7 +46,12 @@ def run_agents(ctx: DemoContext) -> None:
     # A CPU's timings are noisy and slow: fewer samples keep the demo short.
     probe = ProbeSettings() if device == "cuda" else ProbeSettings(samples=5, max_samples=20)
     token = ctx.tokens[Role.AGENT]
-    for title in ("first host: full probes", "second host: warm start from priors"):
+    hosts = {"host-1": "first host: full probes", "host-2": "second host: warm start from priors"}
+    for name, title in hosts.items():
+        # Each host starts empty: a cache left by an earlier demo would answer without probing.
+        state = ctx.output_dir / "agents" / name
+        shutil.rmtree(state, ignore_errors=True)
+        state.mkdir(parents=True)
         ctx.console.print(f"[bold]{title}[/] ({len(problems)} {dtype} GEMMs on {device})")
         result = run_agent_demo(
             ctx.base_url,
@@ -55,10 +61,11 @@ def run_agents(ctx: DemoContext) -> None:
             console=ctx.console,
             dtype=dtype,
             probe=probe,
+            state_dir=state,
         )
         ctx.console.print(
             f"{len(result.runs)} probe runs, {result.pushed} pushed, "
-            f"{result.spool_depth} left in the spool"
+            f"{result.spool_depth} left in the spool; its cache: {state / 'cache.json'}"
         )
 
 

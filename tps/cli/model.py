@@ -148,7 +148,14 @@ def import_kernel_tuner(
         Path | None, typer.Option(help="also write the runs as ProbeRun JSON Lines (.jsonl.gz)")
     ] = None,
 ) -> None:
-    """Convert Kernel Tuner cache files into probe runs, and push or store them."""
+    """Convert Kernel Tuner cache files into probe runs, and push or store them.
+
+    Each cache file becomes one probe run (one problem on one GPU, every configuration measured).
+
+    Examples:
+      tps import kernel-tuner benchmarks/data/kernel_tuner --out runs.jsonl.gz
+      TPS_TOKEN=... tps import kernel-tuner caches/ --push http://127.0.0.1:8000
+    """
     from models.kernel_tuner import import_file
     from models.sources import KERNEL_TUNER_SUFFIXES, data_files
 
@@ -232,7 +239,15 @@ def evaluate(
     plot: Annotated[Path | None, typer.Option(help="write a PNG of score@k, k = 1..20")] = None,
     seed: Seed = 0,
 ) -> None:
-    """Train without the held-out hardware and rank every candidate for it."""
+    """Train without the held-out hardware and rank every candidate for it.
+
+    Reports score@k, regret and probes to within 3% for the model, the served policy, and the
+    nearest-GPU and random baselines.
+
+    Examples:
+      tps evaluate --data benchmarks/data/kernel_tuner --holdout W7800
+      tps evaluate --data benchmarks/data/kernel_tuner --all --plot k.png
+    """
     from models.dataset import TuningData
     from models.evaluation import evaluate_holdout, leave_one_out, summarise
     from models.plots import plot_score_at_k
@@ -272,7 +287,15 @@ def train(
     ] = None,
     seed: Seed = 0,
 ) -> None:
-    """Train one model per op family and write the artifact (prints its checksum)."""
+    """Train one model per op family and write the artifact (prints its checksum).
+
+    --data is required: measurements to learn from (the service retrains from its own database
+    through POST /v1/admin/retrain instead).
+
+    Examples:
+      tps train --data benchmarks/data/kernel_tuner --out model.tpsm
+      tps train --data runs.jsonl.gz --dask-scheduler tcp://scheduler:8786
+    """
     from models.bundle import checksum, train_bundle
     from models.dataset import TuningData
     from models.sources import load_runs

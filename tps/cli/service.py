@@ -6,16 +6,23 @@ the core installed.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
+import shutil
+import signal
+import socket
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
 console = Console()
+# Words about the output go to stderr where stdout carries a value a script reads.
+notes = Console(stderr=True)
 
 # Other domains add their benchmarks here: `service.bench_app.command("priors")(...)`.
 bench_app = typer.Typer(no_args_is_help=True, help="Measure the service (and other parts).")
@@ -45,6 +52,28 @@ def _database_url(url: str | None) -> str:
     return resolve_database_url(settings)
 
 
+def check_port_free(host: str, port: int) -> None:
+    """Exit with a clear message when `host:port` cannot be bound (in use, or not ours)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            why = "is in use" if exc.errno == errno.EADDRINUSE else f"cannot be bound: {exc}"
+            console.print(
+                f"[red]error:[/red] port {port} on {host} {why}; "
+                "stop what holds it or choose another with --port"
+            )
+            raise typer.Exit(1) from None
+
+
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    # uvicorn shuts down gracefully on SIGTERM or SIGINT, then raises the signal again: exiting
+    # (rather than dying of it) runs the exit handlers, which stop the embedded Postgres.
+    raise SystemExit(0)
+
+
 def serve(
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
@@ -55,41 +84,89 @@ def serve(
     ] = None,
     database_url: DatabaseUrl = None,
 ) -> None:
-    """Run the TPS service (FastAPI on uvicorn); OpenAPI docs at /docs."""
+    """Run the TPS service (FastAPI on uvicorn); OpenAPI docs at /docs.
+
+    With no TPS_DATABASE_URL it starts the embedded Postgres, and stops it on Ctrl-C or SIGTERM.
+
+    Examples:
+      tps serve
+      TPS_DATABASE_URL=postgresql://tps@db/tps tps serve --host 0.0.0.0 --workers 4
+    """
     import uvicorn
 
     from services.profiler_api import migrate as migrations
-    from services.profiler_api.metrics import multiprocess_env
+    from services.profiler_api.metrics import MULTIPROC_ENV, multiprocess_env
+    from services.profiler_api.settings import Settings
 
+    check_port_free(host, port)
+    for stop in (signal.SIGTERM, signal.SIGINT):  # from here on, a stop runs the exit handlers
+        signal.signal(stop, _exit_on_signal)
     embedded = not (database_url or os.environ.get("TPS_DATABASE_URL"))
     url = _database_url(database_url)
+    if embedded:
+        console.print(f"Postgres: embedded, data in {Settings().data_dir}", highlight=False)
     if migrate if migrate is not None else embedded:
         migrations.upgrade(url)
+        console.print(f"schema at {migrations.current(url)}", highlight=False)
     os.environ["TPS_DATABASE_URL"] = url  # the workers read it through Settings
-    os.environ.update(multiprocess_env(workers))
-    console.print(f"TPS service on http://{host}:{port} (docs at /docs)")
-    uvicorn.run(
-        "services.profiler_api.app:create_app",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        access_log=False,
+    metrics_env = multiprocess_env(workers)
+    own_metrics_dir = metrics_env.get(MULTIPROC_ENV) if MULTIPROC_ENV not in os.environ else None
+    os.environ.update(metrics_env)
+    console.print(
+        f"TPS service on http://{host}:{port} (docs at /docs); Ctrl-C or SIGTERM stops it",
+        highlight=False,
     )
+    verbose = logging.getLogger().isEnabledFor(logging.DEBUG)
+    try:
+        uvicorn.run(
+            "services.profiler_api.app:create_app",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            access_log=False,
+            log_level="info" if verbose else "warning",
+        )
+    finally:
+        if own_metrics_dir:
+            shutil.rmtree(own_metrics_dir, ignore_errors=True)
+        console.print("TPS service stopped", highlight=False)
 
 
-def demo() -> None:
-    """Start a service on the embedded Postgres, push probe runs, and read priors back."""
-    from services.profiler_api.demo import DEMO_STEPS, run_demo
+def demo(
+    out: Annotated[
+        Path,
+        typer.Option(help="folder for what the demo writes (the score@k plot, the agents' caches)"),
+    ] = Path("tps-demo"),
+    database: Annotated[
+        str, typer.Option(help="the demo's own database, dropped and made afresh on each run")
+    ] = "tps_demo",
+) -> None:
+    """Run the whole job end to end: service, agents, priors, a model for an unseen GPU.
+
+    Uses the server of TPS_DATABASE_URL, else the embedded Postgres, in a database of its own.
+    Exits non-zero, naming the step, when a step fails. TPS_KERNEL_TUNER_DATA: other caches.
+
+    Examples:
+      tps demo
+      TPS_KERNEL_TUNER_DATA=~/kernel-tuner-caches tps demo --out ~/tps-demo
+    """
+    from services.profiler_api.demo import DEMO_STEPS, DemoFailed, run_demo
     from services.profiler_api.training.demo import ModelDemo
     from tps.cli.demo_agent import AGENT_STEPS
 
     titles = [title for title, _ in DEMO_STEPS]
     at = titles.index("read priors") + 1
     model = ModelDemo()
-    run_demo(console, steps=DEMO_STEPS[:at] + AGENT_STEPS + DEMO_STEPS[at:] + model.steps())
-    if model.plot_written:
-        console.print(f"score@k plot: [bold]{model.plot_written}")
+    steps = DEMO_STEPS[:at] + AGENT_STEPS + DEMO_STEPS[at:] + model.steps()
+    try:
+        run_demo(console, steps=steps, database=database, output_dir=out)
+    except DemoFailed as exc:
+        console.print(f"[red]demo failed:[/red] {exc}", highlight=False)
+        if logging.getLogger().isEnabledFor(logging.DEBUG) and exc.__cause__ is not None:
+            console.print_exception()
+        raise typer.Exit(1) from None
+    console.print(f"score@k plot: [bold]{model.plot_written}", highlight=False)
 
 
 def db_upgrade(
@@ -129,7 +206,14 @@ def token_create(
     name: Annotated[str | None, typer.Option(help="a label for the token")] = None,
     database_url: DatabaseUrl = None,
 ) -> None:
-    """Create a bearer token and print it once; only its hash is stored."""
+    """Create a bearer token and print it once (alone on stdout); only its hash is stored.
+
+    Agent tokens push probe runs and read priors; admin tokens also retrain and manage models.
+
+    Examples:
+      tps token create --org acme --role admin
+      export TPS_AGENT_TOKEN=$(tps token create --org acme --role agent)
+    """
     from sqlalchemy.orm import Session
 
     from services.profiler_api.auth.service import Role, create_token
@@ -142,7 +226,7 @@ def token_create(
             token = create_token(session, org=org, role=Role(role.value), name=name)
     finally:
         engine.dispose()
-    console.print(f"[dim]{role.value} token for {org} (shown once):[/dim]", highlight=False)
+    notes.print(f"[dim]{role.value} token for {org} (shown once):[/dim]", highlight=False)
     typer.echo(token)
 
 

@@ -23,6 +23,14 @@ class PlannedRun:
     run: ProbeRun
     candidate_ids: list[str]
 
+    @property
+    def hardware_id(self) -> str:
+        return self.row[3]
+
+    @property
+    def problem_hash(self) -> str:
+        return self.row[4]
+
 
 @dataclass
 class IngestPlan:

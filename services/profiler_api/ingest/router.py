@@ -11,6 +11,7 @@ from starlette.concurrency import run_in_threadpool
 
 from services.profiler_api.deps import AgentDep, MetricsDep, SessionDep, SettingsDep
 from services.profiler_api.errors import APIError
+from services.profiler_api.examples import INGEST_RESPONSE, PROBE_RUNS_REQUEST, json_examples
 from services.profiler_api.ingest import service
 from services.profiler_api.ingest.body import check_encoding, inflate, read_raw
 from services.profiler_api.ingest.readback import load_run
@@ -62,9 +63,12 @@ def _decode_and_ingest(
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": _BATCH_SCHEMA}},
+            "content": {
+                "application/json": {"schema": _BATCH_SCHEMA, "examples": PROBE_RUNS_REQUEST}
+            },
         }
     },
+    responses={200: {"content": json_examples(INGEST_RESPONSE)}},
     summary="Store a batch of probe runs (idempotent by run id, all or nothing)",
 )
 async def post_probe_runs(
@@ -75,7 +79,11 @@ async def post_probe_runs(
     metrics: MetricsDep,
     content_encoding: Annotated[str | None, Header()] = None,
 ) -> IngestResult:
-    """Store up to 1000 probe runs; JSON, optionally gzip-encoded (32 MiB once inflated)."""
+    """Store up to 1000 probe runs; JSON, optionally gzip-encoded (32 MiB once inflated).
+
+    The answer names each run's hardware id (fingerprint) and problem hash: the ids that
+    GET /v1/priors and GET /v1/probe-runs/{id} take.
+    """
     limit = settings.max_body_bytes
     try:
         encoding = check_encoding(content_encoding)

@@ -11,7 +11,7 @@ from services.profiler_api.errors import PayloadTooLarge, from_validation_errors
 from services.profiler_api.ingest import repository
 from services.profiler_api.ingest.plan import IngestPlan
 from services.profiler_api.metrics import ServiceMetrics
-from tps.schemas import MAX_BATCH_RUNS, IngestResult, ProbeRunBatch
+from tps.schemas import MAX_BATCH_RUNS, IngestedRun, IngestResult, ProbeRunBatch
 
 
 def parse_batch(body: bytes) -> ProbeRunBatch:
@@ -45,6 +45,12 @@ def store(session: Session, plan: IngestPlan) -> IngestResult:
         duplicates=len(duplicates),
         measurements=plan.measurement_count(accepted),
         duplicate_run_ids=duplicates,
+        runs=[
+            IngestedRun(
+                run_id=run_id, hardware_id=planned.hardware_id, problem_hash=planned.problem_hash
+            )
+            for run_id, planned in plan.runs.items()
+        ],
     )
 
 

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Body, Depends, Query, Request
 
 from services.profiler_api.deps import AgentDep, MetricsDep, SessionDep
+from services.profiler_api.examples import (
+    HARDWARE_ID,
+    PRIORS_REQUEST,
+    PRIORS_RESPONSE,
+    PROBLEM_HASH,
+    json_examples,
+)
 from services.profiler_api.priors.service import PriorService
 from services.profiler_api.priors.sources import PriorQuery
 from tps.schemas import Prior, PriorBatch, PriorBatchRequest, PriorRequest
@@ -22,9 +29,14 @@ async def get_prior_service(request: Request) -> PriorService:
 PriorServiceDep = Annotated[PriorService, Depends(get_prior_service)]
 
 
-@router.post("/priors", response_model=Prior, summary="Ranked candidates for a spec and a problem")
+@router.post(
+    "/priors",
+    response_model=Prior,
+    summary="Ranked candidates for a spec and a problem",
+    responses={200: {"content": json_examples(PRIORS_RESPONSE)}},
+)
 def post_priors(
-    body: PriorRequest,
+    body: Annotated[PriorRequest, Body(openapi_examples=PRIORS_REQUEST)],
     session: SessionDep,
     _: AgentDep,
     priors: PriorServiceDep,
@@ -62,15 +74,34 @@ def post_priors_batch(
     return PriorBatch(priors=answers)
 
 
-@router.get("/priors", response_model=Prior, summary="Ranked candidates for known ids")
+@router.get(
+    "/priors",
+    response_model=Prior,
+    summary="Ranked candidates for known ids",
+    responses={200: {"content": json_examples(PRIORS_RESPONSE)}},
+)
 def get_priors(
     session: SessionDep,
     _: AgentDep,
     priors: PriorServiceDep,
     metrics: MetricsDep,
-    hardware_id: Annotated[str, Query(min_length=1, max_length=64, description="fingerprint")],
+    hardware_id: Annotated[
+        str,
+        Query(
+            min_length=1,
+            max_length=64,
+            description="hardware fingerprint, as POST /v1/probe-runs answers it",
+            examples=[HARDWARE_ID],
+        ),
+    ],
     problem: Annotated[
-        str, Query(min_length=1, max_length=512, description="problem hash or canonical key")
+        str,
+        Query(
+            min_length=1,
+            max_length=512,
+            description="problem hash (as POST /v1/probe-runs answers it) or canonical key",
+            examples=[PROBLEM_HASH],
+        ),
     ],
     limit: Annotated[int, Query(ge=1, le=256)] = 8,
 ) -> Prior:

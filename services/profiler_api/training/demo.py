@@ -21,7 +21,7 @@ from models.evaluation import evaluate_group
 from models.plots import plot_score_at_k
 from services.profiler_api.auth.service import Role
 from services.profiler_api.db import make_engine
-from services.profiler_api.demo import DemoContext, DemoStep
+from services.profiler_api.demo import DemoContext, DemoFailed, DemoStep
 from services.profiler_api.registry import repository as registry
 from services.profiler_api.training.kernel_tuner import (
     DEFAULT_HOLDOUT,
@@ -44,8 +44,8 @@ class ModelDemo:
     """The model's demo steps and what they pass along."""
 
     holdout: str = DEFAULT_HOLDOUT
-    dataset: Path | None = None  # default: find_dataset()
-    plot_path: Path | None = None
+    dataset: Path | None = None  # default: TPS_KERNEL_TUNER_DATA, else the shipped data
+    plot_path: Path | None = None  # default: score_at_k.png in the demo's output folder
     split: SplitRuns | None = None
     plot_written: Path | None = None
     job: dict[str, Any] = field(default_factory=dict)
@@ -59,14 +59,7 @@ class ModelDemo:
         ]
 
     def import_data(self, ctx: DemoContext) -> None:
-        path = self.dataset or find_dataset()
-        if path is None:
-            ctx.console.print(
-                "[yellow]no Kernel Tuner data (looked in $TPS_KERNEL_TUNER_DATA, "
-                "/work/shared/datasets/kernel_tuner and ../shared/datasets/kernel_tuner): "
-                "skipping the model steps"
-            )
-            return
+        path = self.dataset or find_dataset(ctx.settings.kernel_tuner_data)
         self.split = load_split(path, holdout=self.holdout)
         with ctx.client() as client:
             totals = push_runs(client, self.split.train)
@@ -77,15 +70,22 @@ class ModelDemo:
             f"kept {self.split.holdout_name} aside"
         )
 
-    def retrain(self, ctx: DemoContext) -> None:
+    def _imported(self) -> SplitRuns:
         if self.split is None:
-            return
-        ops = sorted({run.problem.op for run in self.split.train})
+            raise DemoFailed("no Kernel Tuner runs: the import step did not run")
+        return self.split
+
+    def _trained(self) -> tuple[SplitRuns, int]:
+        if self.job.get("state") != "succeeded":
+            raise DemoFailed("no model: the retrain step did not succeed")
+        return self._imported(), int(self.job["model_version"])
+
+    def retrain(self, ctx: DemoContext) -> None:
+        ops = sorted({run.problem.op for run in self._imported().train})
         with ctx.client(Role.ADMIN) as admin:
             self.job = retrain(admin, {"ops": ops, **DEMO_TRAINING})
         if self.job["state"] != "succeeded":
-            ctx.console.print(f"[red]training job {self.job['state']}: {self.job['error']}")
-            return
+            raise DemoFailed(f"training job {self.job['state']}: {self.job['error']}")
         table = Table(
             title=f"job {self.job['id']}: model v{self.job['model_version']} active",
             caption="held-out evaluation inside the job (quality gate); score@1 / score@5",
@@ -104,11 +104,10 @@ class ModelDemo:
         ctx.console.print(table)
 
     def ask_priors(self, ctx: DemoContext) -> None:
-        if self.split is None or self.job.get("state") != "succeeded":
-            return
+        split, _ = self._trained()
         spec = resolve(self.holdout)  # the catalog's datasheet figures: all a new GPU brings
         with ctx.client() as client:
-            for run in self.split.heldout:
+            for run in split.heldout:
                 response = client.post(
                     "/v1/priors",
                     json={
@@ -121,17 +120,17 @@ class ModelDemo:
                 ctx.console.print(_truth_table(Prior.model_validate(response.json()), run))
 
     def plot(self, ctx: DemoContext) -> None:
-        if self.split is None or self.job.get("state") != "succeeded":
-            return
+        split, version = self._trained()
         engine = make_engine(ctx.database_url, ctx.settings)
         try:
             with Session(engine) as session:
-                stored = registry.artifact_of(session, int(self.job["model_version"]))
+                stored = registry.artifact_of(session, version)
         finally:
             engine.dispose()
-        assert stored is not None
+        if stored is None:
+            raise DemoFailed(f"model v{version} is not in the registry")
         bundle = ModelBundle.from_bytes(stored[0], expected_checksum=stored[1])
-        data = TuningData.from_runs(self.split.heldout)
+        data = TuningData.from_runs(split.heldout)
         reports: list[dict[str, Any]] = []
         for op in sorted(set(data.ops) & set(bundle.ops)):
             model = bundle.models[op]
@@ -142,7 +141,7 @@ class ModelDemo:
             reports.append(
                 {
                     "op": op,
-                    "holdout": self.split.holdout_name,
+                    "holdout": split.holdout_name,
                     **{
                         name: {
                             "score_at_1": result.scores[name].score_at_1,
@@ -153,10 +152,11 @@ class ModelDemo:
                     },
                 }
             )
-        path = self.plot_path or ctx.settings.data_dir.parent / "demo_score_at_k.png"
-        plot_score_at_k(
-            reports, path, title=f"{self.split.holdout_name}: never seen by the service"
-        )
+        if not reports:
+            raise DemoFailed(f"model v{version} serves none of the ops {data.ops}")
+        path = self.plot_path or ctx.output_dir / "score_at_k.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        plot_score_at_k(reports, path, title=f"{split.holdout_name}: never seen by the service")
         for report in reports:
             figures = ", ".join(
                 f"{name} {_pair(report[name])}"

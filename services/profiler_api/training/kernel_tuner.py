@@ -1,4 +1,4 @@
-"""The shared Kernel Tuner data through the service: import, push, retrain (demo and bench).
+"""The Kernel Tuner data through the service: import, push, retrain (demo and bench).
 
 One GPU is kept out of everything the service sees, so that its priors are a true test:
 the service never trained on it, and its own measurements give each candidate's true rank.
@@ -7,7 +7,6 @@ the service never trained on it, and its own measurements give each candidate's 
 from __future__ import annotations
 
 import gzip
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,8 @@ from tps.errors import TPSError
 from tps.schemas import ProbeRun, ProbeRunBatch
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-DATA_ENV = "TPS_KERNEL_TUNER_DATA"
+# Five GPUs, two kernels, MIT (see its README.md and LICENSE).
+SHIPPED_DATASET = REPO_ROOT / "benchmarks" / "data" / "kernel_tuner"
 DEFAULT_HOLDOUT = "W7800"
 TERMINAL = ("succeeded", "rejected", "failed")
 
@@ -30,14 +30,23 @@ class JobTimeout(TPSError):
     """A training job that did not finish in time."""
 
 
-def find_dataset() -> Path | None:
-    """Return the Kernel Tuner directory: $TPS_KERNEL_TUNER_DATA, /work/shared or ../shared."""
-    candidates = [os.environ.get(DATA_ENV), "/work/shared/datasets/kernel_tuner"]
-    candidates.append(str(REPO_ROOT.parent / "shared" / "datasets" / "kernel_tuner"))
-    for candidate in candidates:
-        if candidate and Path(candidate).is_dir():
-            return Path(candidate)
-    return None
+class DatasetMissingError(TPSError):
+    """The Kernel Tuner directory named by the settings, or shipped with the checkout, is absent."""
+
+
+def find_dataset(configured: Path | None = None) -> Path:
+    """Return the Kernel Tuner directory: `configured` (TPS_KERNEL_TUNER_DATA), else the shipped."""
+    if configured is not None:
+        path = configured.expanduser()
+        if not path.is_dir():
+            raise DatasetMissingError(f"TPS_KERNEL_TUNER_DATA={configured} is not a directory")
+        return path
+    if not SHIPPED_DATASET.is_dir():
+        raise DatasetMissingError(
+            f"no Kernel Tuner data at {SHIPPED_DATASET} (shipped with the checkout); "
+            "set TPS_KERNEL_TUNER_DATA to a directory of Kernel Tuner caches"
+        )
+    return SHIPPED_DATASET
 
 
 @dataclass
