@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[service,agent,dev]"
+	$(BIN)/python -m pip install -q -e ".[service,local,agent,dev]"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -15,6 +15,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.profiler_api.settings import Settings
+from tps.errors import TPSError
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,13 @@ def start_embedded(data_dir: Path) -> str:
 
     The server stops when the last process that started it exits; the data stays.
     """
-    import pgserver  # imported here: only the embedded mode needs the wheel
+    try:
+        import pgserver  # imported here: only the embedded mode needs the wheel
+    except ImportError as exc:  # the service image has no embedded Postgres
+        raise TPSError(
+            "TPS_DATABASE_URL is unset and the embedded Postgres is not installed: "
+            "set TPS_DATABASE_URL, or pip install 'tps[local]'"
+        ) from exc
 
     data_dir.parent.mkdir(parents=True, exist_ok=True)
     server = pgserver.get_server(data_dir, cleanup_mode="stop")
