@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from services.profiler_api.auth.router import router as auth_router
+from services.profiler_api.dashboard.router import router as dashboard_router
 from services.profiler_api.db import make_engine, make_session_factory, resolve_database_url
 from services.profiler_api.errors import install_error_handlers
 from services.profiler_api.fleet.router import router as fleet_router
@@ -38,6 +39,7 @@ ROUTERS = (
     auth_router,
     admin_router,
     models_router,
+    dashboard_router,
 )
 
 
