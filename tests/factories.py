@@ -164,9 +164,8 @@ def steered_copy(run: ProbeRun, *, top_k: int = 4) -> ProbeRun:
         key=lambda m: m.median_us or 0.0,
     )
     shortlist = valid[:top_k]
-    tried = shortlist + [
-        m for m in run.measurements if m.candidate.backend == "vendor-default" and m not in shortlist
-    ]
+    default = [m for m in run.measurements if m.candidate.backend == "vendor-default"]
+    tried = shortlist + [m for m in default if m not in shortlist]
     share = len(tried) / len(run.measurements)
     return run.model_copy(
         update={

@@ -17,7 +17,7 @@ from services.profiler_api.db import make_engine, make_session_factory, resolve_
 from services.profiler_api.errors import install_error_handlers
 from services.profiler_api.fleet.router import router as fleet_router
 from services.profiler_api.ingest.router import router as ingest_router
-from services.profiler_api.metrics import RequestMetricsMiddleware, ServiceMetrics
+from services.profiler_api.metrics import RequestMetricsMiddleware, ServiceMetrics, state_registry
 from services.profiler_api.ops.router import router as ops_router
 from services.profiler_api.priors.router import router as priors_router
 from services.profiler_api.priors.service import PriorService
@@ -50,6 +50,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     engine = make_engine(url, settings)
     app.state.engine = engine
     app.state.session_factory = make_session_factory(engine)
+    app.state.state_metrics = state_registry(app.state.session_factory)
     gc.collect()
     gc.freeze()  # long-lived startup objects leave the collector's working set
     gc.set_threshold(settings.gc_threshold, 20, 20)

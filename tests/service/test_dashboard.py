@@ -111,9 +111,7 @@ def _by_device_and_op(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[
     return {(r["hardware"]["fingerprint"], r["op"]): r for r in rows}
 
 
-@pytest.mark.parametrize(
-    "path", ["coverage", "speedups", "priors", "model", "rates?window_h=1"]
-)
+@pytest.mark.parametrize("path", ["coverage", "speedups", "priors", "model", "rates?window_h=1"])
 def test_dashboard_data_needs_a_token(fleet: Fleet, path: str) -> None:
     with fleet.client("") as anonymous:
         assert anonymous.get(f"/v1/dashboard/{path}").status_code == 401
@@ -245,6 +243,64 @@ def test_page_and_assets_are_served_from_the_service_itself(fleet: Fleet) -> Non
         assert client.get("/dashboard/assets/index.html").status_code == 404
 
 
+def _metric_families(fleet: Fleet) -> dict[str, Any]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with httpx.Client(base_url=fleet.base_url) as client:
+        response = client.get("/metrics")
+    assert response.status_code == 200
+    return {f.name: f for f in text_string_to_metric_families(response.text)}
+
+
+def test_metrics_report_the_training_queue_and_the_active_model(fleet: Fleet) -> None:
+    families = _metric_families(fleet)
+
+    def value(name: str, **labels: str) -> float:
+        [sample] = [s for s in families[name].samples if s.labels == labels]
+        return sample.value
+
+    assert value("tps_state_up") == 1
+    assert value("tps_model_active_version") == fleet.model_version
+    assert value("tps_training_jobs", state="succeeded") == 1
+    assert value("tps_training_jobs", state="queued") == 0
+    assert value("tps_training_queue_oldest_seconds") == 0
+    assert value("tps_training_last_duration_seconds", state="succeeded") > 0
+    assert 0 < value("tps_model_active_age_seconds") < 3600
+    [report] = _get(fleet, "/v1/dashboard/model")["reports"]
+    for source in ("policy", "model", "baseline_nearest", "baseline_random"):
+        for k in ("1", "5"):
+            labels = {"op": "convolution", "holdout": report["holdout"], "source": source, "k": k}
+            expected = report[source][f"score_at_{k}"]
+            assert value("tps_model_heldout_score", **labels) == pytest.approx(expected)
+
+
+def test_grafana_dashboard_queries_only_metrics_the_service_exports(fleet: Fleet) -> None:
+    import json
+    import re
+    from pathlib import Path
+
+    dashboard = json.loads(
+        (Path(__file__).parents[2] / "deploy" / "grafana" / "tps-service.json").read_text()
+    )
+    exported = set(_metric_families(fleet))
+    queried = set()
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            queried |= set(re.findall(r"\btps_[a-z0-9_]+", target["expr"]))
+    assert queried, "the dashboard queries nothing"
+    suffix = re.compile(r"_(total|bucket|count|sum)$")
+    missing = {name for name in queried if suffix.sub("", name) not in exported}
+    assert missing == set()
+    # The training, queue and active-model metrics each have a panel.
+    for name in (
+        "tps_training_jobs",
+        "tps_training_queue_oldest_seconds",
+        "tps_model_active_version",
+        "tps_model_heldout_score",
+    ):
+        assert name in queried
+
+
 # -- the page in a real browser ----------------------------------------------------------------
 
 CHROMIUM = "/usr/bin/chromium"
@@ -282,10 +338,19 @@ def browser() -> Iterator[Any]:
 def _open(browser: Any, fleet: Fleet) -> tuple[Any, list[str]]:
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     problems: list[str] = []
-    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+
+    def on_console(message: Any) -> None:
+        if message.type == "error":
+            problems.append(f"console error: {message.text}")
+
+    def on_request(request: Any) -> None:
+        if not request.url.startswith(fleet.base_url):
+            problems.append(f"off-site request: {request.url}")
+
+    page.on("console", on_console)
+    page.on("request", on_request)
     page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
     page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url}"))
-    page.on("request", lambda r: None if r.url.startswith(fleet.base_url) else problems.append(f"off-site request: {r.url}"))
     page.goto(f"{fleet.base_url}/dashboard")
     return page, problems
 
@@ -300,7 +365,7 @@ def test_every_plot_renders_with_data_in_chromium(
     page.fill("#token", fleet.agent_token)  # a read-only (agent) token is enough
     page.click("button[type=submit]")
     page.wait_for_function(
-        "names => names.every(n => document.querySelector(`[data-plot=\"${n}\"]`).dataset.state)",
+        'names => names.every(n => document.querySelector(`[data-plot="${n}"]`).dataset.state)',
         arg=PLOTS,
         timeout=30_000,
     )

@@ -93,9 +93,7 @@ def speedups(session: Session, labels: dict[str, HardwareLabel]) -> list[Speedup
             per_candidate.c.hardware_id,
             per_candidate.c.problem_id,
             (
-                func.min(per_candidate.c.log_us).filter(
-                    per_candidate.c.backend == "vendor-default"
-                )
+                func.min(per_candidate.c.log_us).filter(per_candidate.c.backend == "vendor-default")
                 - func.min(per_candidate.c.log_us)
             ).label("gain"),
         )
@@ -259,3 +257,13 @@ def last_job_seconds(session: Session) -> dict[str, float]:
 
 def _float(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+def oldest_queued_seconds(session: Session) -> float | None:
+    """Return how long the oldest queued training job has waited, or None when none waits."""
+    age = session.execute(
+        select(func.extract("epoch", func.now() - func.min(TrainingJob.requested_at))).where(
+            TrainingJob.state == "queued"
+        )
+    ).scalar_one_or_none()
+    return None if age is None else float(age)
