@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # torch is pinned to the CPU build this project is tested with; GPU hosts install their own.
 TORCH ?= torch==2.13.0
 
-.PHONY: demo test lint install clean
+.PHONY: demo test lint install clean browser images
 
 install: $(STAMP)
 
@@ -28,6 +28,14 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest -q
+
+# Debian's Chromium, which the dashboard's browser tests drive (they skip, saying so, without it).
+browser:
+	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium)
+
+# Build the service and agent images and prove that both start (deploy/build_images.sh).
+images:
+	bash -o pipefail -c "deploy/build_images.sh 2>&1 | tee deploy/proof/images.txt"
 
 clean:
 	rm -rf $(VENV) .pytest_cache
