@@ -54,7 +54,7 @@ function drawn(plot, marks) {
 const fmt = {
   int: (v) => Math.round(v).toLocaleString("en-US"),
   x: (v) => `${v.toFixed(2)}x`,
-  ms: (v) => (v >= 1000 ? `${(v / 1000).toFixed(1)} s` : `${v.toFixed(1)} ms`),
+  ms: (v) => (v >= 1000 ? `${(v / 1000).toFixed(1)} s` : `${v.toFixed(v >= 10 ? 0 : 1)} ms`),
   score: (v) => v.toFixed(2),
   rate: (v) => (v >= 10 ? v.toFixed(0) : v.toFixed(2)),
 };
