@@ -89,13 +89,20 @@ build deploy/agent.Dockerfile "$AGENT_IMAGE" "${agent_args[@]}"
 # -- starting ---------------------------------------------------------------------------------
 PROOF=tps-proof-$$
 cleanup() {
-    if [[ $BUILDER == docker ]]; then
-        docker ps -aq --filter "name=$PROOF-" | xargs -r docker rm -f >/dev/null
-    else
-        buildah containers --format '{{.ContainerName}}' | grep "^$PROOF-" | xargs -r buildah rm >/dev/null
+    local status=$?
+    if [[ -n ${SERVER_PID:-} ]]; then
+        kill "$SERVER_PID" 2>/dev/null || true
+        wait "$SERVER_PID" 2>/dev/null || true
     fi
-    [[ -n ${SERVER_PID:-} ]] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null
-    [[ -n ${DB_NAME:-} ]] && psql "${POSTGRES/+psycopg/}/postgres" -qc "DROP DATABASE IF EXISTS $DB_NAME" >/dev/null
+    if [[ $BUILDER == docker ]]; then
+        docker ps -aq --filter "name=$PROOF-" | xargs -r docker rm -f >/dev/null || true
+    else
+        buildah containers --format '{{.ContainerName}}' | grep "^$PROOF-" | xargs -r buildah rm >/dev/null || true
+    fi
+    if [[ -n ${DB_NAME:-} ]]; then
+        psql "${POSTGRES/+psycopg/}/postgres" -qc "DROP DATABASE IF EXISTS $DB_NAME WITH (FORCE)" >/dev/null || true
+    fi
+    exit "$status"
 }
 trap cleanup EXIT
 
