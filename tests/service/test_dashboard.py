@@ -352,6 +352,8 @@ def _open(browser: Any, fleet: Fleet) -> tuple[Any, list[str]]:
     page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
     page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url}"))
     page.goto(f"{fleet.base_url}/dashboard")
+    # The form shows once the page's script has run: only then does submitting stay on the page.
+    page.wait_for_selector("#token-form:not([hidden])")
     return page, problems
 
 
@@ -389,7 +391,9 @@ def test_a_refused_token_asks_again(fleet: Fleet, browser: Any) -> None:
     page, problems = _open(browser, fleet)
     page.fill("#token", "tps_revoked-or-mistyped")
     page.click("button[type=submit]")
-    page.wait_for_function("document.getElementById('token-error').textContent.length > 0")
+    page.wait_for_function(
+        "document.getElementById('token-error')?.textContent.length > 0", timeout=60_000
+    )
     assert "invalid or revoked token" in page.locator("#token-error").inner_text()
     assert page.locator("#token-form").is_visible()
     assert page.evaluate("sessionStorage.getItem('tps.dashboard.token')") is None
