@@ -23,7 +23,7 @@ BASE=${BASE:-}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
 POSTGRES=${TPS_PROOF_POSTGRES:-postgresql+psycopg://postgres@127.0.0.1:5432}
 ROOTFS_CACHE=${ROOTFS_CACHE:-/var/tmp/tps-rootfs}
-PORT=${TPS_PROOF_PORT:-18765}
+PORT=${TPS_PROOF_PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
 
 say() { printf '== %s\n' "$*"; }
 
@@ -48,7 +48,11 @@ if [[ -z $BASE ]]; then
             rootfs="$ROOTFS_CACHE/bookworm"
             if [[ ! -x $rootfs/usr/bin/apt-get ]]; then
                 rm -rf "$rootfs"
-                debootstrap --variant=minbase bookworm "$rootfs" http://deb.debian.org/debian
+                mkdir -p "$ROOTFS_CACHE"
+                debootstrap --variant=minbase bookworm "$rootfs" http://deb.debian.org/debian \
+                    >"$ROOTFS_CACHE/debootstrap.log" 2>&1 ||
+                    { tail -20 "$ROOTFS_CACHE/debootstrap.log"; exit 1; }
+                say "debootstrap: $(grep -c '^I: Unpacking' "$ROOTFS_CACHE/debootstrap.log") packages unpacked into $rootfs"
             fi
             rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
             ctr=$(buildah from scratch)
@@ -106,6 +110,21 @@ cleanup() {
 }
 trap cleanup EXIT
 
+start_server() {  # start_server IMAGE ENV... -- COMMAND...: like run_in, in the background
+    local image=$1 envs=()
+    shift
+    while [[ $1 != -- ]]; do envs+=(-e "$1"); shift; done
+    shift
+    local name=$PROOF-server
+    if [[ $BUILDER == docker ]]; then
+        docker run --rm --name "$name" --network host "${envs[@]}" "$image" "$@" &
+    else
+        buildah from --quiet --name "$name" "$image" >/dev/null
+        buildah run --isolation chroot --network host "${envs[@]}" "$name" -- "$@" &
+    fi
+    SERVER_PID=$!  # the builder's own process: stopping it stops the server
+}
+
 run_in() {  # run_in IMAGE ENV... -- COMMAND...: run a command in a fresh container of IMAGE
     local image=$1 envs=()
     shift
@@ -134,9 +153,8 @@ say "service image: tps db upgrade on a scratch database ($DB_NAME)"
 run_in "$SERVICE_IMAGE" "TPS_DATABASE_URL=$DB_URL" "TPS_LOG_LEVEL=WARNING" -- tps db upgrade
 
 say "service image: tps serve on port $PORT, then GET /readyz"
-run_in "$SERVICE_IMAGE" "TPS_DATABASE_URL=$DB_URL" "TPS_LOG_LEVEL=WARNING" -- \
-    tps serve --host 127.0.0.1 --port "$PORT" --no-migrate &
-SERVER_PID=$!
+start_server "$SERVICE_IMAGE" "TPS_DATABASE_URL=$DB_URL" "TPS_LOG_LEVEL=WARNING" -- \
+    tps serve --host 127.0.0.1 --port "$PORT" --no-migrate
 deadline=$((SECONDS + 60))
 until body=$(curl -fsS "http://127.0.0.1:$PORT/readyz" 2>/dev/null); do
     if ((SECONDS > deadline)) || ! kill -0 "$SERVER_PID" 2>/dev/null; then
@@ -147,6 +165,18 @@ until body=$(curl -fsS "http://127.0.0.1:$PORT/readyz" 2>/dev/null); do
 done
 echo "GET /readyz -> $body"
 curl -fsS -o /dev/null -w "GET /dashboard -> %{http_code} %{content_type}\n" "http://127.0.0.1:$PORT/dashboard"
+
+kill "$SERVER_PID" && wait "$SERVER_PID" 2>/dev/null || true
+SERVER_PID=
+deadline=$((SECONDS + 15))
+while curl -fsS -o /dev/null "http://127.0.0.1:$PORT/healthz" 2>/dev/null; do
+    if ((SECONDS > deadline)); then
+        echo "the service still answers on port $PORT 15 s after its container was stopped" >&2
+        exit 1
+    fi
+    sleep 0.5
+done
+echo "stopped: nothing answers on port $PORT any more"
 
 say "agent image: torch, NVML bindings, and one probe on the CPU"
 run_in "$AGENT_IMAGE" -- python3 -c '
