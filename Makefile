@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0
 # Where `make demo` writes its plot and the agents' caches.
 DEMO_OUT ?= tps-demo
 
-.PHONY: demo test lint install clean
+.PHONY: demo test lint install clean browser images
 
 install: $(STAMP)
 
@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[service,agent,dev]"
+	$(BIN)/python -m pip install -q -e ".[service,local,agent,dev]"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -30,6 +30,14 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest -q
+
+# Debian's Chromium, which the dashboard's browser tests drive (they skip, saying so, without it).
+browser:
+	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium)
+
+# Build the service and agent images and prove that both start (deploy/build_images.sh).
+images:
+	bash -o pipefail -c "deploy/build_images.sh 2>&1 | tee deploy/proof/images.txt"
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -5,13 +5,17 @@ from __future__ import annotations
 import os
 
 from alembic import context
-from sqlalchemy import create_engine, pool
+from sqlalchemy import create_engine, pool, text
 
 from services.profiler_api.db import sqlalchemy_url
 from services.profiler_api.orm import Base
 
 # A domain that adds tables with its own models module imports it here, so that
 # autogenerate and the ORM-vs-migrations test see them (they share Base.metadata).
+
+# Held for the upgrade's transaction: replicas that start together (init containers) migrate
+# one after another, and each later one finds the schema at head and does nothing.
+MIGRATION_LOCK = 0x7470_735F_6D69_67  # "tps_mig"
 
 config = context.config
 target_metadata = Base.metadata
@@ -35,6 +39,7 @@ def run_migrations_online() -> None:
     with engine.connect() as connection:
         context.configure(connection=connection, target_metadata=target_metadata)
         with context.begin_transaction():
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
             context.run_migrations()
     engine.dispose()
 

@@ -11,7 +11,7 @@ from typing import Any
 from tps.candidate import VENDOR_DEFAULT, Candidate
 from tps.hardware import HardwareSpec
 from tps.problem import ProblemKey
-from tps.schemas import Measurement, ProbeRun, ProbeRunBatch, Telemetry
+from tps.schemas import Measurement, PriorUse, ProbeRun, ProbeRunBatch, Telemetry
 
 
 def hardware_spec(**overrides: Any) -> HardwareSpec:
@@ -151,3 +151,34 @@ def candidate_id_of(bx: int, by: int, tile: int) -> str:
     return Candidate(
         backend="kernel_tuner", params={"block_size_x": bx, "block_size_y": by, "tile_size": tile}
     ).id
+
+
+def steered_copy(run: ProbeRun, *, top_k: int = 4) -> ProbeRun:
+    """Return a later probe of `run`'s problem on another host, steered by priors.
+
+    It measures the vendor default and the `top_k` fastest candidates of `run` (the prior's
+    shortlist, best first), at the same latencies, and takes a budget in proportion.
+    """
+    valid = sorted(
+        (m for m in run.measurements if m.valid and m.median_us is not None),
+        key=lambda m: m.median_us or 0.0,
+    )
+    shortlist = valid[:top_k]
+    default = [m for m in run.measurements if m.candidate.backend == "vendor-default"]
+    tried = shortlist + [m for m in default if m not in shortlist]
+    share = len(tried) / len(run.measurements)
+    return run.model_copy(
+        update={
+            "run_id": uuid.uuid4(),
+            "host_id": secrets.token_hex(16),
+            "measurements": tried,
+            "winner_id": shortlist[0].candidate.id,
+            "budget_ms": round(run.budget_ms * share, 3),
+            "priors": PriorUse(
+                used=True,
+                source="observed",
+                candidate_ids=[m.candidate.id for m in shortlist],
+                winner_rank=0,
+            ),
+        }
+    )

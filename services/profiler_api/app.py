@@ -12,11 +12,12 @@ from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from services.profiler_api.auth.router import router as auth_router
+from services.profiler_api.dashboard.router import router as dashboard_router
 from services.profiler_api.db import make_engine, make_session_factory, resolve_database_url
 from services.profiler_api.errors import install_error_handlers
 from services.profiler_api.fleet.router import router as fleet_router
 from services.profiler_api.ingest.router import router as ingest_router
-from services.profiler_api.metrics import RequestMetricsMiddleware, ServiceMetrics
+from services.profiler_api.metrics import RequestMetricsMiddleware, ServiceMetrics, state_registry
 from services.profiler_api.ops.router import router as ops_router
 from services.profiler_api.priors.router import router as priors_router
 from services.profiler_api.priors.service import PriorService
@@ -38,6 +39,7 @@ ROUTERS = (
     auth_router,
     admin_router,
     models_router,
+    dashboard_router,
 )
 
 
@@ -48,6 +50,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     engine = make_engine(url, settings)
     app.state.engine = engine
     app.state.session_factory = make_session_factory(engine)
+    app.state.state_metrics = state_registry(app.state.session_factory)
     gc.collect()
     gc.freeze()  # long-lived startup objects leave the collector's working set
     gc.set_threshold(settings.gc_threshold, 20, 20)

@@ -17,6 +17,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.profiler_api.settings import Settings
+from tps.errors import TPSError
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +39,17 @@ def start_embedded(data_dir: Path) -> str:
 
     The server stops when the last process that started it exits; the data stays.
     """
-    with warnings.catch_warnings():
-        # Without XDG_RUNTIME_DIR, platformdirs warns that pgserver's lock goes to /tmp/runtime-UID.
-        warnings.simplefilter("ignore")
-        import pgserver  # imported here: only the embedded mode needs the wheel
-        from pgserver.postgres_server import PostgresServer
+    try:
+        with warnings.catch_warnings():
+            # Without XDG_RUNTIME_DIR, platformdirs warns: pgserver's lock goes to /tmp/runtime-UID.
+            warnings.simplefilter("ignore")
+            import pgserver  # imported here: only the embedded mode needs the wheel
+            from pgserver.postgres_server import PostgresServer
+    except ImportError as exc:  # the service image has no embedded Postgres
+        raise TPSError(
+            "TPS_DATABASE_URL is unset and the embedded Postgres is not installed: "
+            "set TPS_DATABASE_URL, or pip install 'tps[local]'"
+        ) from exc
 
     data_dir.parent.mkdir(parents=True, exist_ok=True)
     with PostgresServer._lock:  # pgserver's own lock over its handle file

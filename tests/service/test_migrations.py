@@ -50,3 +50,20 @@ def test_migrations_match_the_orm(migrated_database_url: str) -> None:
         diff = compare_metadata(MigrationContext.configure(connection), Base.metadata)
     engine.dispose()
     assert diff == []
+
+
+def test_replicas_starting_together_migrate_once(postgres_server_url: str) -> None:
+    """Init containers of several replicas run `tps db upgrade` at the same moment."""
+    import subprocess
+    import sys
+
+    script = "import sys; from services.profiler_api import migrate; migrate.upgrade(sys.argv[1])"
+    with scratch_database(postgres_server_url, prefix="tps_migrations") as url:
+        upgrades = [
+            subprocess.Popen([sys.executable, "-c", script, url], stderr=subprocess.PIPE)
+            for _ in range(3)
+        ]
+        errors = [p.communicate(timeout=120)[1].decode() for p in upgrades]
+        assert [p.returncode for p in upgrades] == [0, 0, 0], errors
+        assert _tables(url) == TABLES
+        assert migrate.current(url).endswith("(head)")

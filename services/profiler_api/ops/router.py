@@ -29,6 +29,7 @@ def readyz(request: Request) -> dict[str, str]:
 
 
 @router.get("/metrics", response_class=Response)
-def metrics(metrics: MetricsDep) -> Response:
-    """Expose the replica's metrics in Prometheus text format."""
-    return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+def metrics(request: Request, metrics: MetricsDep) -> Response:
+    """Expose the replica's metrics, and the training queue's and active model's, to Prometheus."""
+    body = metrics.render(getattr(request.app.state, "state_metrics", None))
+    return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
