@@ -190,7 +190,6 @@ def run_case(
     import torch
 
     from agents import runtime as tps_runtime
-    from agents.runtime import Mode
 
     torch.manual_seed(0)
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
@@ -210,14 +209,7 @@ def run_case(
 
     # -- host 1: tune the misses, then eager with and without TPS side by side ---------------
     # One model: each timed call first gets its layers' forwards, before the clock starts.
-    first = tps_runtime.open_session(
-        device=device,
-        cache=workdir / "host1-cache.json",
-        bans=workdir / "host1-bans.json",
-        mode=Mode.TUNE,
-        service=service,
-        token=token,
-    )
+    first = _host(device, workdir, "host1", service, token)
     first.runtime.defer_probes = False  # host 1 is the first of the fleet: it probes
     plain = forward(model)()
     start = time.perf_counter()
@@ -331,7 +323,15 @@ def _tunableop(
         _sync(device)
         result.tunableop_tuning_s = time.perf_counter() - start
         tunable.tuning_enable(False)
-        result.tunableop_ms = clock.side_by_side({"tunableop": forward(model)})["tunableop"]
+        run = forward(model)
+        times = clock.side_by_side(
+            {"eager": run, "tunableop": run},
+            setups={
+                "eager": lambda: tunable.enable(False),
+                "tunableop": lambda: tunable.enable(True),
+            },
+        )
+        result.tunableop_ms = times["tunableop"]
         tunable.enable(False)
 
 
@@ -347,17 +347,9 @@ def _second_host(
 ) -> None:
     """A host with an empty cache and the same GPU: warm start from the fleet, no probes."""
     from agents import runtime as tps_runtime
-    from agents.runtime import Mode
 
     _install(model, {})()
-    second = tps_runtime.open_session(
-        device=device,
-        cache=workdir / "host2-cache.json",
-        bans=workdir / "host2-bans.json",
-        mode=Mode.TUNE,
-        service=service,
-        token=token,
-    )
+    second = _host(device, workdir, "host2", service, token)
     start = time.perf_counter()
     tps_runtime.tune(model, second)
     forward(model)()  # misses run the default, then one request to the fleet
@@ -374,6 +366,21 @@ def _second_host(
     result.second_host_probes = second.runtime.stats.probes
     second.close()
     _install(model, {})()
+
+
+def _host(device: str, workdir: Path, name: str, service: str | None, token: str | None) -> Any:
+    """Open a tune-mode session with a cache and bans of its own, as one host of the fleet."""
+    from agents import runtime as tps_runtime
+    from agents.runtime import Mode
+
+    return tps_runtime.open_session(
+        device=device,
+        cache=workdir / f"{name}-cache.json",
+        bans=workdir / f"{name}-bans.json",
+        mode=Mode.TUNE,
+        service=service,
+        token=token,
+    )
 
 
 def _rebind(forward: Any, model: Any, name: str) -> Any:
