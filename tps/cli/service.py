@@ -174,25 +174,36 @@ def bench_ingest(
 def bench_priors(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     database_url: DatabaseUrl = None,
-    requests: Annotated[int, typer.Option(min=1, help="repeated queries to time")] = 400,
-    first_requests: Annotated[
-        int, typer.Option(min=1, help="queries for a new fingerprint each (model from scratch)")
-    ] = 40,
+    measurements: Annotated[
+        int, typer.Option(min=1000, help="size of the generated fleet, in measurements")
+    ] = 1_000_000,
+    workers: Annotated[int, typer.Option(min=1, help="service worker processes")] = 2,
+    clients: Annotated[int, typer.Option(min=1, help="closed-loop concurrent clients")] = 50,
+    rate: Annotated[float, typer.Option(min=1, help="open-loop requests per second")] = 500.0,
+    seconds: Annotated[float, typer.Option(min=1, help="length of each loop")] = 10.0,
+    hosts_per_job: Annotated[
+        int, typer.Option(min=1, help="hosts that ask about each new GPU (model loop)")
+    ] = 50,
+    ingest_rate: Annotated[
+        int, typer.Option(min=0, help="measurements/s pushed beside a second open loop")
+    ] = 0,
     holdout: Annotated[str, typer.Option(help="GPU kept out of training")] = "W7800",
-    max_candidates: Annotated[int, typer.Option(min=10, help="candidates per op")] = 1000,
-    n_estimators: Annotated[int, typer.Option(min=1, help="trees per booster")] = 100,
 ) -> None:
-    """Time POST /v1/priors answered from the model, for a GPU the model never saw."""
+    """Time GET/POST /v1/priors under a closed and an open loop, on a generated fleet."""
     if as_json:
         logging.getLogger().setLevel(logging.WARNING)
     from services.profiler_api.bench_priors import PriorsBenchConfig, run_priors_bench
 
     config = PriorsBenchConfig(
-        requests=requests,
-        first_requests=first_requests,
+        measurements=measurements,
+        workers=workers,
+        clients=clients,
+        closed_s=seconds,
+        rate=rate,
+        open_s=seconds,
+        hosts_per_job=hosts_per_job,
+        ingest_rate=ingest_rate,
         holdout=holdout,
-        max_candidates=max_candidates,
-        n_estimators=n_estimators,
     )
     result = run_priors_bench(_database_url(database_url), config, log=None if as_json else console)
     if as_json:
