@@ -259,6 +259,14 @@ def generate_fleet(
     runs = conn.execute(_RUNS, params).rowcount
     written = conn.execute(_MEASUREMENTS, params).rowcount
     stats = conn.execute(_STATS, params).rowcount
+    if conn.execute("SELECT to_regclass('fleet_counters')").fetchone() != (None,):
+        conn.execute(
+            "INSERT INTO fleet_counters AS f (org_id, slot, runs, measurements) "
+            "VALUES (%s, 0, %s, %s) ON CONFLICT (org_id, slot) DO UPDATE "
+            "SET runs = f.runs + excluded.runs, "
+            "measurements = f.measurements + excluded.measurements",
+            (org_id, runs, written),
+        )
     for table in ("fleet_pairs", "fleet_hw", "fleet_problem", "fleet_candidate"):
         conn.execute(f"DROP TABLE {table}")
     return {

@@ -45,6 +45,9 @@ from services.profiler_api.training.kernel_tuner import find_dataset, load_split
 from tps.errors import TPSError
 from tps.schemas import ProbeRunBatch
 
+# Training is set-up here, not what is timed; on a box shared with other work it may crawl.
+RETRAIN_TIMEOUT_S = 3600.0
+
 
 @dataclass(frozen=True)
 class PriorsBenchConfig:
@@ -197,6 +200,7 @@ def run_priors_bench(
                 job = retrain(
                     admin,
                     {"max_candidates": config.max_candidates, "n_estimators": config.n_estimators},
+                    timeout_s=RETRAIN_TIMEOUT_S,
                 )
                 if job["state"] != "succeeded":
                     raise TPSError(f"training job {job['state']}: {job['error']}")

@@ -123,6 +123,39 @@ def db_current(database_url: DatabaseUrl = None) -> None:
     console.print(migrate.current(_database_url(database_url)) or "base (no schema)")
 
 
+def db_maintain(
+    retention_days: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="drop raw measurements older than this; default TPS_MEASUREMENT_RETENTION_DAYS",
+        ),
+    ] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Create the coming days' measurement partitions and drop the days past retention."""
+    from services.profiler_api.db import make_engine, make_session_factory
+    from services.profiler_api.fleet.retention import PartitionMaintainer
+    from services.profiler_api.settings import Settings
+
+    settings = Settings()
+    engine = make_engine(_database_url(database_url), settings)
+    try:
+        done = PartitionMaintainer(
+            make_session_factory(engine),
+            retention_days=retention_days or settings.measurement_retention_days,
+            interval_s=settings.partition_maintenance_s,
+        ).run_once()
+    finally:
+        engine.dispose()
+    if not done.ran:
+        console.print("another replica is maintaining the partitions right now")
+        return
+    console.print(
+        f"{done.created} day partitions created; {done.dropped_rows} measurements dropped"
+    )
+
+
 def token_create(
     org: Annotated[str, typer.Option(help="organisation; created when new")],
     role: Annotated[RoleName, typer.Option(help="agent: ingest and read; admin: everything")],
@@ -212,6 +245,28 @@ def bench_priors(
         console.print_json(data=result)
 
 
+def bench_train(
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    rows: Annotated[
+        int, typer.Option(min=100, help="training rows of the generated fleet")
+    ] = 1_000_000,
+    dask_workers: Annotated[
+        int, typer.Option(min=0, help="train on a local Dask cluster of this many workers")
+    ] = 0,
+    seed: Annotated[int, typer.Option(help="seed of the rows' noise and of the model")] = 0,
+) -> None:
+    """Time training (both boosters and the shape families) on N generated rows."""
+    if as_json:
+        logging.getLogger().setLevel(logging.WARNING)
+    from services.profiler_api.bench_train import TrainBenchConfig, run_train_bench
+
+    result = run_train_bench(TrainBenchConfig(rows=rows, dask_workers=dask_workers, seed=seed))
+    if as_json:
+        typer.echo(json.dumps(result))
+    else:
+        console.print_json(data=result)
+
+
 def worker(
     database_url: DatabaseUrl = None,
     once: Annotated[bool, typer.Option(help="run at most one job, then exit")] = False,
@@ -248,10 +303,12 @@ def register(app: typer.Typer) -> None:
     db_app.command("upgrade")(db_upgrade)
     db_app.command("downgrade")(db_downgrade)
     db_app.command("current")(db_current)
+    db_app.command("maintain")(db_maintain)
     app.add_typer(db_app, name="db")
     token_app = typer.Typer(no_args_is_help=True, help="Manage bearer tokens.")
     token_app.command("create")(token_create)
     app.add_typer(token_app, name="token")
     bench_app.command("ingest")(bench_ingest)
     bench_app.command("priors")(bench_priors)
+    bench_app.command("train")(bench_train)
     app.add_typer(bench_app, name="bench")

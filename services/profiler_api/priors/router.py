@@ -1,13 +1,20 @@
-"""POST and GET /v1/priors."""
+"""POST and GET /v1/priors.
+
+The handlers are `async`: a cached answer goes out from the event loop, already encoded;
+only a miss takes a worker thread, and a session of the read database (a replica when
+TPS_READ_DATABASE_URL names one).
+"""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
 
-from services.profiler_api.deps import AgentDep, MetricsDep, SessionDep
-from services.profiler_api.priors.service import PriorService
+from services.profiler_api.deps import AgentDep, MetricsDep
+from services.profiler_api.metrics import ServiceMetrics
+from services.profiler_api.priors.service import Answer, PriorService, SessionFactory
 from services.profiler_api.priors.sources import PriorQuery
 from tps.schemas import Prior, PriorRequest
 
@@ -18,36 +25,60 @@ async def get_prior_service(request: Request) -> PriorService:
     return request.app.state.prior_service
 
 
+async def get_read_sessions(request: Request) -> SessionFactory:
+    return request.app.state.read_session_factory
+
+
 PriorServiceDep = Annotated[PriorService, Depends(get_prior_service)]
+ReadSessionsDep = Annotated[SessionFactory, Depends(get_read_sessions)]
+
+
+def _respond(answer: Answer, metrics: ServiceMetrics) -> Response:
+    metrics.priors.labels(answer.source).inc()
+    return Response(content=answer.body, media_type="application/json")
 
 
 @router.post("/priors", response_model=Prior, summary="Ranked candidates for a spec and a problem")
-def post_priors(
+async def post_priors(
     body: PriorRequest,
-    session: SessionDep,
     _: AgentDep,
     priors: PriorServiceDep,
+    sessions: ReadSessionsDep,
     metrics: MetricsDep,
-) -> Prior:
+) -> Response:
     """Rank candidates for a problem on hardware given by its full spec (new hardware too)."""
-    prior = priors.prior(session, PriorQuery.of(body.hardware, body.problem, limit=body.limit))
-    metrics.priors.labels(prior.source or "none").inc()
-    return prior
+    query = PriorQuery.of(body.hardware, body.problem, limit=body.limit)
+    key = ("spec", query.hardware_fingerprint, query.problem_hash, query.limit)
+    answer = priors.cached(key)
+    if answer is None:
+        answer = await run_in_threadpool(
+            priors.answer, sessions, key, lambda session: priors.prior(session, query)
+        )
+    return _respond(answer, metrics)
 
 
 @router.get("/priors", response_model=Prior, summary="Ranked candidates for known ids")
-def get_priors(
-    session: SessionDep,
+async def get_priors(
     _: AgentDep,
     priors: PriorServiceDep,
+    sessions: ReadSessionsDep,
     metrics: MetricsDep,
     hardware_id: Annotated[str, Query(min_length=1, max_length=64, description="fingerprint")],
     problem: Annotated[
         str, Query(min_length=1, max_length=512, description="problem hash or canonical key")
     ],
     limit: Annotated[int, Query(ge=1, le=256)] = 8,
-) -> Prior:
+) -> Response:
     """Rank candidates for a known hardware fingerprint and a problem hash or canonical key."""
-    prior = priors.prior_by_ids(session, hardware_id=hardware_id, problem=problem, limit=limit)
-    metrics.priors.labels(prior.source or "none").inc()
-    return prior
+    key = ("ids", hardware_id, problem, limit)
+    answer = priors.cached(key)
+    if answer is None:
+        answer = await run_in_threadpool(
+            priors.answer,
+            sessions,
+            key,
+            lambda session: priors.prior_by_ids(
+                session, hardware_id=hardware_id, problem=problem, limit=limit
+            ),
+        )
+    return _respond(answer, metrics)
