@@ -221,6 +221,9 @@ def bench_priors(
         int, typer.Option(min=0, help="measurements/s pushed beside a second open loop")
     ] = 0,
     holdout: Annotated[str, typer.Option(help="GPU kept out of training")] = "W7800",
+    reuse_model: Annotated[
+        bool, typer.Option(help="activate the model kept from an earlier run of the same recipe")
+    ] = True,
 ) -> None:
     """Time GET/POST /v1/priors under a closed and an open loop, on a generated fleet."""
     if as_json:
@@ -237,6 +240,7 @@ def bench_priors(
         hosts_per_job=hosts_per_job,
         ingest_rate=ingest_rate,
         holdout=holdout,
+        reuse_model=reuse_model,
     )
     result = run_priors_bench(_database_url(database_url), config, log=None if as_json else console)
     if as_json:
