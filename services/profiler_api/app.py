@@ -56,9 +56,10 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     engine = make_engine(url, settings)
     app.state.engine = engine
     app.state.session_factory = make_session_factory(engine)
-    read_engine = engine
-    if settings.read_database_url:
-        read_engine = make_engine(sqlalchemy_url(settings.read_database_url), settings)
+    # Priors read through a pool of their own, also when they read the primary: a request
+    # holds its session's connection (the token lookup) while it reads priors, and sharing
+    # one pool, a burst of requests would each hold one connection and wait for a second.
+    read_engine = make_engine(sqlalchemy_url(settings.read_database_url or url), settings)
     app.state.read_session_factory = make_session_factory(read_engine)
     stop = threading.Event()
     # Changes are announced on the primary, whichever database answers the reads.
@@ -79,8 +80,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     finally:
         stop.set()
         engine.dispose()
-        if read_engine is not engine:
-            read_engine.dispose()
+        read_engine.dispose()
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

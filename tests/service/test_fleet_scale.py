@@ -245,3 +245,30 @@ def test_stats_count_what_ingest_stored(live_service: Any) -> None:
             "SELECT (SELECT count(*) FROM probe_runs), (SELECT count(*) FROM measurements)"
         ).fetchone()
     assert row == (after["runs"], after["measurements"])
+
+
+def test_a_burst_of_priors_does_not_exhaust_the_connection_pool(
+    migrated_database_url: str,
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    token = _token(migrated_database_url)
+    runs = [probe_run() for _ in range(30)]
+    # Two connections per pool, none more: each request holds one for its token while it
+    # reads priors; were the priors read from the same pool, the burst would wait forever.
+    env = {"TPS_DB_POOL_SIZE": "2", "TPS_DB_MAX_OVERFLOW": "0", "TPS_TRAINING_WORKER": "false"}
+    with running_service(migrated_database_url, env=env) as service:
+        with _client(service.base_url, token) as client:
+            assert client.post("/v1/probe-runs", content=batch_body(runs)).status_code == 200
+
+        def ask(run: Any) -> int:
+            with _client(service.base_url, token) as client:
+                params = {
+                    "hardware_id": run.hardware.fingerprint(),
+                    "problem": run.problem.key_hash(),
+                }
+                return client.get("/v1/priors", params=params, timeout=20.0).status_code
+
+        with ThreadPoolExecutor(max_workers=30) as pool:
+            statuses = list(pool.map(ask, runs))
+    assert statuses == [200] * len(runs)
