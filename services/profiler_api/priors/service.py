@@ -41,7 +41,7 @@ class PriorService:
         self, sources: Sequence[PriorSource], *, cache: PriorAnswerCache | None = None
     ) -> None:
         self.sources = list(sources)
-        self.cache = cache or PriorAnswerCache(size=0, ttl_s=0.0)
+        self.cache = cache if cache is not None else PriorAnswerCache(size=0, ttl_s=0.0)
 
     def cached(self, key: Hashable) -> Answer | None:
         """Return the cached answer to the question `key`, if there is a good one."""
