@@ -155,7 +155,7 @@ class IngestPacer:
     ) -> None:
         self.base_url, self.token = base_url, token
         self.per_s, self.duration_s, self.batch_runs = per_s, duration_s, batch_runs
-        self.sent_measurements = 0
+        self.sent_measurements = 0  # stored: answered 200
         self.elapsed_s = 0.0
         self.errors: list[str] = []
         self._thread: threading.Thread | None = None
@@ -183,15 +183,22 @@ class IngestPacer:
     def _run(self) -> None:
         headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
         started = time.perf_counter()
+        offered = 0  # measurements sent so far, answered or not: the schedule
         with httpx.Client(base_url=self.base_url, headers=headers, timeout=60.0) as http:
             for body, measurements in self._bodies:
-                due = started + self.sent_measurements / self.per_s
+                due = started + offered / self.per_s
                 if due - started >= self.duration_s:
                     break
                 time.sleep(max(0.0, due - time.perf_counter()))
-                response = http.post("/v1/probe-runs", content=body)
+                offered += measurements
+                try:
+                    response = http.post("/v1/probe-runs", content=body)
+                except httpx.HTTPError as exc:  # counted, and the pace goes on
+                    self.errors.append(repr(exc))
+                    continue
                 if response.status_code != 200:
                     self.errors.append(f"{response.status_code}: {response.text[:300]}")
+                    continue
                 self.sent_measurements += measurements
         self.elapsed_s = time.perf_counter() - started
 
