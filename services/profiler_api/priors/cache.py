@@ -164,8 +164,3 @@ class ChangeListener:
                 self.connected.clear()
                 self.cache.forget(None)
             stop.wait(self.retry_s)
-
-
-def notify_sql() -> str:
-    """Return the statement that announces changed pairs, in the caller's transaction."""
-    return f"SELECT pg_notify('{CHANNEL}', %s)"
