@@ -7,6 +7,7 @@ import os
 from alembic import context
 from sqlalchemy import create_engine, pool, text
 
+from migrations.env_filters import include_name
 from services.profiler_api.db import sqlalchemy_url
 from services.profiler_api.orm import Base
 
@@ -37,7 +38,9 @@ def run_migrations_offline() -> None:
 def run_migrations_online() -> None:
     engine = create_engine(_url(), poolclass=pool.NullPool)
     with engine.connect() as connection:
-        context.configure(connection=connection, target_metadata=target_metadata)
+        context.configure(
+            connection=connection, target_metadata=target_metadata, include_name=include_name
+        )
         with context.begin_transaction():
             connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
             context.run_migrations()

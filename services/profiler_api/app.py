@@ -13,12 +13,20 @@ from starlette.concurrency import run_in_threadpool
 
 from services.profiler_api.auth.router import router as auth_router
 from services.profiler_api.dashboard.router import router as dashboard_router
-from services.profiler_api.db import make_engine, make_session_factory, resolve_database_url
+from services.profiler_api.db import (
+    libpq_url,
+    make_engine,
+    make_session_factory,
+    resolve_database_url,
+    sqlalchemy_url,
+)
 from services.profiler_api.errors import install_error_handlers
+from services.profiler_api.fleet.retention import PartitionMaintainer
 from services.profiler_api.fleet.router import router as fleet_router
 from services.profiler_api.ingest.router import router as ingest_router
 from services.profiler_api.metrics import RequestMetricsMiddleware, ServiceMetrics, state_registry
 from services.profiler_api.ops.router import router as ops_router
+from services.profiler_api.priors.cache import ChangeListener, PriorAnswerCache
 from services.profiler_api.priors.router import router as priors_router
 from services.profiler_api.priors.service import PriorService
 from services.profiler_api.priors.sources import build_prior_sources
@@ -51,10 +59,22 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.engine = engine
     app.state.session_factory = make_session_factory(engine)
     app.state.state_metrics = state_registry(app.state.session_factory)
+    # Priors read through a pool of their own, also when they read the primary: a request
+    # holds its session's connection (the token lookup) while it reads priors, and sharing
+    # one pool, a burst of requests would each hold one connection and wait for a second.
+    read_engine = make_engine(sqlalchemy_url(settings.read_database_url or url), settings)
+    app.state.read_session_factory = make_session_factory(read_engine)
+    stop = threading.Event()
+    # Changes are announced on the primary, whichever database answers the reads.
+    ChangeListener(app.state.prior_service.cache, libpq_url(url)).start(stop)
+    PartitionMaintainer(
+        app.state.session_factory,
+        retention_days=settings.measurement_retention_days,
+        interval_s=settings.partition_maintenance_s,
+    ).start(stop)
     gc.collect()
     gc.freeze()  # long-lived startup objects leave the collector's working set
     gc.set_threshold(settings.gc_threshold, 20, 20)
-    stop = threading.Event()
     if settings.training_worker:
         TrainingWorker(app.state.session_factory, settings=settings).start(stop)
     log.info("TPS service ready (database %s)", engine.url.render_as_string(hide_password=True))
@@ -63,6 +83,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     finally:
         stop.set()
         engine.dispose()
+        read_engine.dispose()
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -78,7 +99,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = metrics
     model_priors.register()
-    app.state.prior_service = PriorService(build_prior_sources(settings))
+    cache = PriorAnswerCache(size=settings.priors_cache_size, ttl_s=settings.priors_cache_s)
+    app.state.prior_service = PriorService(build_prior_sources(settings), cache=cache)
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)

@@ -52,6 +52,10 @@ class Conflict(APIError):
     status_code = 409
 
 
+class Gone(APIError):
+    status_code = 410
+
+
 class PayloadTooLarge(APIError):
     status_code = 413
 

@@ -139,9 +139,14 @@ class MeasurementRow(Base):
     No foreign keys, on purpose: this is the bulk table, and a per-row RI trigger cost
     more than the COPY itself. Ingest writes the run and candidate rows first, in the
     same transaction, so the references hold by construction.
+
+    Partitioned by day of `received_at` (migration 0004), which equals its run's
+    `received_at` (both are the ingest transaction's `now()`): a lookup by run names it too,
+    so that only one day's partition is searched. Retention drops whole days.
     """
 
     __tablename__ = "measurements"
+    __table_args__ = {"postgresql_partition_by": "RANGE (received_at)"}
 
     run_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
     ordinal: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
@@ -155,6 +160,9 @@ class MeasurementRow(Base):
     valid: Mapped[bool] = mapped_column(Boolean)
     error: Mapped[str | None] = mapped_column(Text)
     compile_ms: Mapped[float | None] = mapped_column(Double)
+    received_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), primary_key=True, server_default=func.now()
+    )
 
 
 class CandidateStats(Base):
@@ -167,6 +175,17 @@ class CandidateStats(Base):
     """
 
     __tablename__ = "candidate_stats"
+    __table_args__ = (
+        # Priors' order: the top `limit` of a (hardware, problem) come off this index.
+        Index(
+            "ix_candidate_stats_rank",
+            "hardware_id",
+            "problem_id",
+            text("(sum_log_median / valid_measurements)"),
+            "candidate_id",
+            postgresql_where=text("valid_measurements > 0"),
+        ),
+    )
 
     hardware_id: Mapped[str] = _id(primary_key=True)
     problem_id: Mapped[str] = _id(primary_key=True)
@@ -180,6 +199,22 @@ class CandidateStats(Base):
     max_median_us: Mapped[float | None] = mapped_column(Double)
     first_seen_at: Mapped[datetime]
     last_seen_at: Mapped[datetime]
+
+
+class FleetCounter(Base):
+    """Runs and measurements stored, counted at ingest: what /v1/stats reads in constant time.
+
+    Per organisation and slot: a batch adds to the slot of its database backend, so that
+    concurrent batches rarely wait on the same row. Organisation 0 holds the negative count
+    of the measurements that retention dropped. No foreign key: organisation 0 is no row.
+    """
+
+    __tablename__ = "fleet_counters"
+
+    org_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    slot: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    runs: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    measurements: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
 
 
 # -- model registry and training jobs (migration 0002) -------------------------------------

@@ -25,12 +25,28 @@ class Settings(BaseSettings):
         default=None,
         description="SQLAlchemy URL of Postgres; unset starts an embedded server (pgserver)",
     )
+    read_database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL of a read replica that serves priors; unset: database_url",
+    )
     data_dir: Path = Field(default_factory=default_data_dir)
     max_body_bytes: int = Field(default=32 * MIB, gt=0, description="after decompression")
     db_pool_size: int = Field(default=8, gt=0)
     db_max_overflow: int = Field(default=8, ge=0)
     # Observed first: real measurements on this exact hardware beat any prediction.
     prior_sources: list[str] = Field(default_factory=lambda: ["observed", "model", "family"])
+    priors_cache_s: float = Field(
+        default=5.0, ge=0, description="how long a replica keeps a priors answer; 0 disables"
+    )
+    priors_cache_size: int = Field(default=100_000, ge=0, description="answers kept per replica")
+    measurement_retention_days: int | None = Field(
+        default=None,
+        gt=0,
+        description="drop raw measurements older than this (whole days); aggregates stay",
+    )
+    partition_maintenance_s: float = Field(
+        default=3600.0, gt=0, description="how often a replica creates and drops day partitions"
+    )
     model_check_interval_s: float = Field(
         default=1.0, ge=0, description="how often a replica asks which model is active"
     )

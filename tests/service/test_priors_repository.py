@@ -53,3 +53,26 @@ def test_observed_candidates_are_the_fastest_by_geometric_mean(db_session: Sessi
     by_id = {c.id: c for c in candidates}
     assert all(o.params == by_id[o.candidate_id].params for o in observed)
     assert all(o.backend == "cublaslt" and o.valid_measurements > 0 for o in observed)
+
+
+def test_the_top_candidates_come_off_the_rank_index_without_a_sort(db_session: Session) -> None:
+    from sqlalchemy import text
+    from sqlalchemy.dialects import postgresql
+
+    from services.profiler_api.priors.repository import observed_statement
+
+    hardware, problem = hardware_spec().fingerprint(), unique_problem().key_hash()
+    for i in range(500):
+        c = cublaslt(i, stages=7)
+        db_session.add(CandidateRow(id=c.id, backend=c.backend, params=c.params))
+        db_session.add(_stats(hardware, problem, c.id, us=10.0 + i, valid=1 + i % 3))
+    db_session.flush()
+    db_session.execute(text("ANALYZE candidate_stats"))
+    db_session.execute(text("SET LOCAL enable_seqscan = off"))  # a tiny table here
+    statement = observed_statement(hardware_id=hardware, problem_id=problem, limit=8)
+    sql = statement.compile(dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True})
+    plan = "\n".join(row[0] for row in db_session.execute(text(f"EXPLAIN {sql}")).all())
+    assert "ix_candidate_stats_rank" in plan, plan
+    # The only sort left orders the 8 rows picked, after the LIMIT.
+    limit_at = plan.index("Limit")
+    assert "Sort" not in plan[limit_at:], plan

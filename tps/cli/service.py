@@ -200,6 +200,39 @@ def db_current(database_url: DatabaseUrl = None) -> None:
     console.print(migrate.current(_database_url(database_url)) or "base (no schema)")
 
 
+def db_maintain(
+    retention_days: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="drop raw measurements older than this; default TPS_MEASUREMENT_RETENTION_DAYS",
+        ),
+    ] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Create the coming days' measurement partitions and drop the days past retention."""
+    from services.profiler_api.db import make_engine, make_session_factory
+    from services.profiler_api.fleet.retention import PartitionMaintainer
+    from services.profiler_api.settings import Settings
+
+    settings = Settings()
+    engine = make_engine(_database_url(database_url), settings)
+    try:
+        done = PartitionMaintainer(
+            make_session_factory(engine),
+            retention_days=retention_days or settings.measurement_retention_days,
+            interval_s=settings.partition_maintenance_s,
+        ).run_once()
+    finally:
+        engine.dispose()
+    if not done.ran:
+        console.print("another replica is maintaining the partitions right now")
+        return
+    console.print(
+        f"{done.created} day partitions created; {done.dropped_rows} measurements dropped"
+    )
+
+
 def token_create(
     org: Annotated[str, typer.Option(help="organisation; created when new")],
     role: Annotated[RoleName, typer.Option(help="agent: ingest and read; admin: everything")],
@@ -258,27 +291,64 @@ def bench_ingest(
 def bench_priors(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     database_url: DatabaseUrl = None,
-    requests: Annotated[int, typer.Option(min=1, help="repeated queries to time")] = 400,
-    first_requests: Annotated[
-        int, typer.Option(min=1, help="queries for a new fingerprint each (model from scratch)")
-    ] = 40,
+    measurements: Annotated[
+        int, typer.Option(min=1000, help="size of the generated fleet, in measurements")
+    ] = 1_000_000,
+    workers: Annotated[int, typer.Option(min=1, help="service worker processes")] = 2,
+    clients: Annotated[int, typer.Option(min=1, help="closed-loop concurrent clients")] = 50,
+    rate: Annotated[float, typer.Option(min=1, help="open-loop requests per second")] = 500.0,
+    seconds: Annotated[float, typer.Option(min=1, help="length of each loop")] = 10.0,
+    hosts_per_job: Annotated[
+        int, typer.Option(min=1, help="hosts that ask about each new GPU (model loop)")
+    ] = 50,
+    ingest_rate: Annotated[
+        int, typer.Option(min=0, help="measurements/s pushed beside a second open loop")
+    ] = 0,
     holdout: Annotated[str, typer.Option(help="GPU kept out of training")] = "W7800",
-    max_candidates: Annotated[int, typer.Option(min=10, help="candidates per op")] = 1000,
-    n_estimators: Annotated[int, typer.Option(min=1, help="trees per booster")] = 100,
+    reuse_model: Annotated[
+        bool, typer.Option(help="activate the model kept from an earlier run of the same recipe")
+    ] = True,
 ) -> None:
-    """Time POST /v1/priors answered from the model, for a GPU the model never saw."""
+    """Time GET/POST /v1/priors under a closed and an open loop, on a generated fleet."""
     if as_json:
         logging.getLogger().setLevel(logging.WARNING)
     from services.profiler_api.bench_priors import PriorsBenchConfig, run_priors_bench
 
     config = PriorsBenchConfig(
-        requests=requests,
-        first_requests=first_requests,
+        measurements=measurements,
+        workers=workers,
+        clients=clients,
+        closed_s=seconds,
+        rate=rate,
+        open_s=seconds,
+        hosts_per_job=hosts_per_job,
+        ingest_rate=ingest_rate,
         holdout=holdout,
-        max_candidates=max_candidates,
-        n_estimators=n_estimators,
+        reuse_model=reuse_model,
     )
     result = run_priors_bench(_database_url(database_url), config, log=None if as_json else console)
+    if as_json:
+        typer.echo(json.dumps(result))
+    else:
+        console.print_json(data=result)
+
+
+def bench_train(
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    rows: Annotated[
+        int, typer.Option(min=100, help="training rows of the generated fleet")
+    ] = 1_000_000,
+    dask_workers: Annotated[
+        int, typer.Option(min=0, help="train on a local Dask cluster of this many workers")
+    ] = 0,
+    seed: Annotated[int, typer.Option(help="seed of the rows' noise and of the model")] = 0,
+) -> None:
+    """Time training (both boosters and the shape families) on N generated rows."""
+    if as_json:
+        logging.getLogger().setLevel(logging.WARNING)
+    from services.profiler_api.bench_train import TrainBenchConfig, run_train_bench
+
+    result = run_train_bench(TrainBenchConfig(rows=rows, dask_workers=dask_workers, seed=seed))
     if as_json:
         typer.echo(json.dumps(result))
     else:
@@ -321,6 +391,7 @@ def register(app: typer.Typer) -> None:
     db_app.command("upgrade")(db_upgrade)
     db_app.command("downgrade")(db_downgrade)
     db_app.command("current")(db_current)
+    db_app.command("maintain")(db_maintain)
     app.add_typer(db_app, name="db")
     token_app = typer.Typer(no_args_is_help=True, help="Manage bearer tokens.")
     token_app.command("create")(token_create)
@@ -331,4 +402,5 @@ def register(app: typer.Typer) -> None:
 
     bench_app.command("runtime")(bench_runtime)
     bench_app.command("runtime-overhead")(bench_runtime_overhead)
+    bench_app.command("train")(bench_train)
     app.add_typer(bench_app, name="bench")

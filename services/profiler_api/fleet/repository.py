@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import psycopg
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.selectable import ScalarSelect
@@ -10,13 +13,30 @@ from services.profiler_api.fleet.schemas import FleetStats, HardwareEntry
 from services.profiler_api.orm import (
     Base,
     CandidateRow,
+    FleetCounter,
     Hardware,
-    MeasurementRow,
     Organisation,
     ProbeRunRow,
     Problem,
 )
 from tps.hardware import HardwareSpec
+
+COUNTER_SLOTS = 16
+
+# A batch adds to its backend's slot: concurrent batches (other backends) rarely share one.
+_COUNT = f"""
+INSERT INTO fleet_counters AS f (org_id, slot, runs, measurements)
+VALUES (%(org_id)s, pg_backend_pid() %% {COUNTER_SLOTS}, %(runs)s, %(measurements)s)
+ON CONFLICT (org_id, slot) DO UPDATE
+SET runs = f.runs + excluded.runs, measurements = f.measurements + excluded.measurements
+"""
+
+
+def count_ingested(
+    conn: psycopg.Connection[Any], *, org_id: int, runs: int, measurements: int
+) -> None:
+    """Add a batch's runs and measurements to the fleet counters, in its transaction."""
+    conn.execute(_COUNT, {"org_id": org_id, "runs": runs, "measurements": measurements})
 
 
 def list_hardware(session: Session, *, limit: int, offset: int) -> list[HardwareEntry]:
@@ -50,23 +70,28 @@ def list_hardware(session: Session, *, limit: int, offset: int) -> list[Hardware
 
 
 def fleet_stats(session: Session, *, org_id: int) -> FleetStats:
-    """Count what is stored, and how many runs came from organisation `org_id`."""
+    """Count what is stored, and how many runs came from organisation `org_id`.
+
+    Runs and measurements come from the counters kept at ingest (a few rows, whatever the
+    size of the raw tables); hardware, problems, candidates and organisations are counted:
+    they are the small tables, thousands of rows while measurements are billions.
+    """
 
     def count(model: type[Base]) -> ScalarSelect[int]:
         return select(func.count()).select_from(model).scalar_subquery()
 
+    def total(column: Any, *where: Any) -> ScalarSelect[int]:
+        return select(func.coalesce(func.sum(column), 0)).where(*where).scalar_subquery()
+
     row = session.execute(
         select(
-            count(ProbeRunRow),
-            count(MeasurementRow),
+            total(FleetCounter.runs),
+            total(FleetCounter.measurements),
             count(Hardware),
             count(Problem),
             count(CandidateRow),
             count(Organisation),
-            select(func.count())
-            .select_from(ProbeRunRow)
-            .where(ProbeRunRow.org_id == org_id)
-            .scalar_subquery(),
+            total(FleetCounter.runs, FleetCounter.org_id == org_id),
         )
     ).one()
     names = (
@@ -78,4 +103,4 @@ def fleet_stats(session: Session, *, org_id: int) -> FleetStats:
         "organisations",
         "org_runs",
     )
-    return FleetStats(**dict(zip(names, row, strict=True)))
+    return FleetStats(**dict(zip(names, (int(v) for v in row), strict=True)))

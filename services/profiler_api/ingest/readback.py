@@ -8,7 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from services.profiler_api.auth.service import Principal, Role
-from services.profiler_api.errors import NotFound
+from services.profiler_api.errors import Gone, NotFound
 from services.profiler_api.orm import CandidateRow, Hardware, MeasurementRow, ProbeRunRow, Problem
 from tps.candidate import Candidate
 from tps.hardware import HardwareSpec
@@ -32,9 +32,14 @@ def load_run(session: Session, run_id: uuid.UUID, *, principal: Principal) -> Pr
     measured = session.execute(
         select(MeasurementRow, CandidateRow.backend, CandidateRow.params)
         .join(CandidateRow, CandidateRow.id == MeasurementRow.candidate_id)
-        .where(MeasurementRow.run_id == run_id)
+        .where(MeasurementRow.run_id == run_id, MeasurementRow.received_at == run.received_at)
         .order_by(MeasurementRow.ordinal)
     ).all()
+    if not measured:
+        raise Gone(
+            f"run_id: the measurements of probe run {run_id} (received {run.received_at:%Y-%m-%d})"
+            " were dropped by the retention of raw measurements; its aggregates remain"
+        )
     return ProbeRun(
         run_id=run.run_id,
         host_id=run.host_id,

@@ -67,7 +67,8 @@ STATS_COLUMNS = (
 
 # Adds the aggregate deltas of runs %(run_ids)s, read back from their stored measurements,
 # to the stored aggregates. The runs are looked up by key, and the inner query aggregates one
-# run at a time (an index scan of its measurements), whatever the tables' sizes; so a
+# run at a time (an index scan of its measurements, in its day's partition: a run and its
+# measurements share the ingest transaction's `received_at`), whatever the tables' sizes; so a
 # candidate measured twice in one run counts as one run. The outer query sums the runs per
 # key in key order (lock order); as nothing arrives in that order, the sort takes every
 # delta before the first row is locked, and concurrent batches that wait on those rows wait
@@ -90,7 +91,7 @@ CROSS JOIN LATERAL (
         min(median_us) FILTER (WHERE valid) AS min_median_us,
         max(median_us) FILTER (WHERE valid) AS max_median_us
     FROM measurements
-    WHERE run_id = r.run_id
+    WHERE run_id = r.run_id AND received_at = r.received_at
     GROUP BY candidate_id
 ) AS m
 GROUP BY r.hardware_id, r.problem_id, m.candidate_id

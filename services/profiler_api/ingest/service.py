@@ -8,9 +8,11 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from services.profiler_api.errors import PayloadTooLarge, from_validation_errors
+from services.profiler_api.fleet.repository import count_ingested
 from services.profiler_api.ingest import repository
 from services.profiler_api.ingest.plan import IngestPlan
 from services.profiler_api.metrics import ServiceMetrics
+from services.profiler_api.priors.repository import announce_pairs
 from tps.schemas import MAX_BATCH_RUNS, IngestedRun, IngestResult, ProbeRunBatch
 
 
@@ -39,11 +41,16 @@ def store(session: Session, plan: IngestPlan) -> IngestResult:
     if accepted:
         repository.copy_measurements(conn, plan.measurement_rows(accepted))
         repository.add_stats(conn, accepted)
+        announce_pairs(conn, (plan.runs[run_id].row[3:5] for run_id in accepted))
     duplicates = [run_id for run_id in plan.runs if run_id not in accepted] + plan.repeated
+    measurements = plan.measurement_count(accepted)
+    if accepted:
+        # Last, so that the counter row is locked for the shortest time before the commit.
+        count_ingested(conn, org_id=plan.org_id, runs=len(accepted), measurements=measurements)
     return IngestResult(
         accepted=len(accepted),
         duplicates=len(duplicates),
-        measurements=plan.measurement_count(accepted),
+        measurements=measurements,
         duplicate_run_ids=duplicates,
         runs=[
             IngestedRun(

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+import psycopg
+from sqlalchemy import Double, Select, func, select
 from sqlalchemy.orm import Session
 
 from services.profiler_api.orm import CandidateRow, CandidateStats, Hardware, Problem
+from services.profiler_api.priors.cache import CHANNEL, EVERYTHING, Pair, encode_pairs
 
 
 @dataclass(frozen=True)
@@ -46,10 +49,20 @@ def observed_candidates(
     session: Session, *, hardware_id: str, problem_id: str, limit: int
 ) -> list[ObservedCandidate]:
     """Return the candidates with valid observations, fastest geometric-mean median first."""
+    statement = observed_statement(hardware_id=hardware_id, problem_id=problem_id, limit=limit)
+    return [ObservedCandidate(*row) for row in session.execute(statement).all()]
+
+
+def observed_statement(*, hardware_id: str, problem_id: str, limit: int) -> Select[Any]:
+    """Return the query of `observed_candidates`."""
     stats = CandidateStats
-    mean_log = (stats.sum_log_median / stats.valid_measurements).label("mean_log")
-    # The top `limit` first, then their candidate rows: joining before the LIMIT would
-    # fetch every candidate of the (hardware, problem), 11 000 on a full Kernel Tuner space.
+    # The very expression of ix_candidate_stats_rank, so that the top `limit` come off the
+    # index in order instead of sorting every candidate of the pair (11 000 on a full Kernel
+    # Tuner space). Then only those are joined to their candidate rows.
+    # (`/` as SQLAlchemy writes it would cast the count to numeric: another expression.)
+    mean_log = (stats.sum_log_median.op("/", return_type=Double)(stats.valid_measurements)).label(
+        "mean_log"
+    )
     top = (
         select(
             stats.candidate_id,
@@ -69,7 +82,7 @@ def observed_candidates(
         .limit(limit)
         .subquery()
     )
-    rows = session.execute(
+    return (
         select(
             top.c.candidate_id,
             CandidateRow.backend,
@@ -82,5 +95,14 @@ def observed_candidates(
         )
         .join(CandidateRow, CandidateRow.id == top.c.candidate_id)
         .order_by(top.c.mean_log, top.c.candidate_id)
-    ).all()
-    return [ObservedCandidate(*row) for row in rows]
+    )
+
+
+def announce_pairs(conn: psycopg.Connection[Any], pairs: Iterable[Pair]) -> None:
+    """Tell every replica, on commit, that the priors of these pairs changed."""
+    conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, encode_pairs(pairs)))
+
+
+def announce_everything(session: Session) -> None:
+    """Tell every replica, on commit, that every prior may have changed (a model switch)."""
+    session.execute(select(func.pg_notify(CHANNEL, EVERYTHING)))

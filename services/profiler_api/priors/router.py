@@ -1,12 +1,18 @@
-"""POST and GET /v1/priors."""
+"""POST and GET /v1/priors, and the batch a model's warm start asks.
+
+The handlers are `async`: a cached answer goes out from the event loop, already encoded;
+only a miss takes a worker thread, and a session of the read database (a replica when
+TPS_READ_DATABASE_URL names one).
+"""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, Query, Request
+from fastapi import APIRouter, Body, Depends, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
 
-from services.profiler_api.deps import AgentDep, MetricsDep, SessionDep
+from services.profiler_api.deps import AgentDep, MetricsDep
 from services.profiler_api.examples import (
     HARDWARE_ID,
     PRIORS_REQUEST,
@@ -14,7 +20,8 @@ from services.profiler_api.examples import (
     PROBLEM_HASH,
     json_examples,
 )
-from services.profiler_api.priors.service import PriorService
+from services.profiler_api.metrics import ServiceMetrics
+from services.profiler_api.priors.service import Answer, PriorService, SessionFactory
 from services.profiler_api.priors.sources import PriorQuery
 from tps.schemas import Prior, PriorBatch, PriorBatchRequest, PriorRequest
 
@@ -26,7 +33,17 @@ async def get_prior_service(request: Request) -> PriorService:
     return request.app.state.prior_service
 
 
+async def get_read_sessions(request: Request) -> SessionFactory:
+    return request.app.state.read_session_factory
+
+
 PriorServiceDep = Annotated[PriorService, Depends(get_prior_service)]
+ReadSessionsDep = Annotated[SessionFactory, Depends(get_read_sessions)]
+
+
+def _respond(answer: Answer, metrics: ServiceMetrics) -> Response:
+    metrics.priors.labels(answer.source).inc()
+    return Response(content=answer.body, media_type="application/json")
 
 
 @router.post(
@@ -35,17 +52,22 @@ PriorServiceDep = Annotated[PriorService, Depends(get_prior_service)]
     summary="Ranked candidates for a spec and a problem",
     responses={200: {"content": json_examples(PRIORS_RESPONSE)}},
 )
-def post_priors(
+async def post_priors(
     body: Annotated[PriorRequest, Body(openapi_examples=PRIORS_REQUEST)],
-    session: SessionDep,
     _: AgentDep,
     priors: PriorServiceDep,
+    sessions: ReadSessionsDep,
     metrics: MetricsDep,
-) -> Prior:
+) -> Response:
     """Rank candidates for a problem on hardware given by its full spec (new hardware too)."""
-    prior = priors.prior(session, PriorQuery.of(body.hardware, body.problem, limit=body.limit))
-    metrics.priors.labels(prior.source or "none").inc()
-    return prior
+    query = PriorQuery.of(body.hardware, body.problem, limit=body.limit)
+    key = ("spec", query.hardware_fingerprint, query.problem_hash, query.limit)
+    answer = priors.cached(key)
+    if answer is None:
+        answer = await run_in_threadpool(
+            priors.answer, sessions, key, lambda session: priors.prior(session, query)
+        )
+    return _respond(answer, metrics)
 
 
 @router.post(
@@ -53,11 +75,11 @@ def post_priors(
     response_model=PriorBatch,
     summary="Observed priors of many problems on one spec (a model's warm start)",
 )
-def post_priors_batch(
+async def post_priors_batch(
     body: PriorBatchRequest,
-    session: SessionDep,
     _: AgentDep,
     priors: PriorServiceDep,
+    sessions: ReadSessionsDep,
     metrics: MetricsDep,
 ) -> PriorBatch:
     """Return, in the order asked, what the fleet measured for each problem on this hardware.
@@ -65,12 +87,17 @@ def post_priors_batch(
     Only observed priors answer: a runtime that warm-starts a model dispatches measured
     winners, and probes or keeps the default where the fleet has measured nothing.
     """
-    answers = []
-    for problem in body.problems:
-        query = PriorQuery.of(body.hardware, problem, limit=body.limit)
-        prior = priors.prior(session, query, only=OBSERVED)
+
+    def ask_all() -> list[Prior]:
+        with sessions() as session:
+            return [
+                priors.prior(session, PriorQuery.of(body.hardware, p, limit=body.limit), only=OBSERVED)
+                for p in body.problems
+            ]
+
+    answers = await run_in_threadpool(ask_all)
+    for prior in answers:
         metrics.priors.labels(prior.source or "none").inc()
-        answers.append(prior)
     return PriorBatch(priors=answers)
 
 
@@ -80,10 +107,10 @@ def post_priors_batch(
     summary="Ranked candidates for known ids",
     responses={200: {"content": json_examples(PRIORS_RESPONSE)}},
 )
-def get_priors(
-    session: SessionDep,
+async def get_priors(
     _: AgentDep,
     priors: PriorServiceDep,
+    sessions: ReadSessionsDep,
     metrics: MetricsDep,
     hardware_id: Annotated[
         str,
@@ -104,8 +131,17 @@ def get_priors(
         ),
     ],
     limit: Annotated[int, Query(ge=1, le=256)] = 8,
-) -> Prior:
+) -> Response:
     """Rank candidates for a known hardware fingerprint and a problem hash or canonical key."""
-    prior = priors.prior_by_ids(session, hardware_id=hardware_id, problem=problem, limit=limit)
-    metrics.priors.labels(prior.source or "none").inc()
-    return prior
+    key = ("ids", hardware_id, problem, limit)
+    answer = priors.cached(key)
+    if answer is None:
+        answer = await run_in_threadpool(
+            priors.answer,
+            sessions,
+            key,
+            lambda session: priors.prior_by_ids(
+                session, hardware_id=hardware_id, problem=problem, limit=limit
+            ),
+        )
+    return _respond(answer, metrics)

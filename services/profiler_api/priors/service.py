@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
 from services.profiler_api.errors import NotFound, Unprocessable
 from services.profiler_api.priors import repository
+from services.profiler_api.priors.cache import PriorAnswerCache
 from services.profiler_api.priors.sources import PriorQuery, PriorSource
 from tps.hardware import HardwareSpec
 from tps.problem import ProblemKey
@@ -17,11 +19,46 @@ from tps.schemas import Prior
 _HASH = re.compile(r"^[0-9a-f]{16}$")
 
 
-class PriorService:
-    """Ask each source in turn; the first non-empty answer wins."""
+SessionFactory = Callable[[], Session]
 
-    def __init__(self, sources: Sequence[PriorSource]) -> None:
+
+@dataclass(frozen=True)
+class Answer:
+    """A prior encoded as the JSON body of the response, and the source that gave it."""
+
+    body: bytes
+    source: str
+
+    @classmethod
+    def of(cls, prior: Prior) -> Answer:
+        return cls(body=prior.model_dump_json().encode(), source=prior.source or "none")
+
+
+class PriorService:
+    """Ask each source in turn; the first non-empty answer wins. Answers are cached."""
+
+    def __init__(
+        self, sources: Sequence[PriorSource], *, cache: PriorAnswerCache | None = None
+    ) -> None:
         self.sources = list(sources)
+        self.cache = cache if cache is not None else PriorAnswerCache(size=0, ttl_s=0.0)
+
+    def cached(self, key: Hashable) -> Answer | None:
+        """Return the cached answer to the question `key`, if there is a good one."""
+        hit = self.cache.get(key)
+        return Answer(body=hit.body, source=hit.source) if hit else None
+
+    def answer(
+        self, sessions: SessionFactory, key: Hashable, ask: Callable[[Session], Prior]
+    ) -> Answer:
+        """Answer the question `key` with `ask` on a session of its own, and cache the answer."""
+        since = self.cache.generation
+        with sessions() as session:
+            prior = ask(session)
+        answer = Answer.of(prior)
+        pair = (prior.hardware_fingerprint, prior.problem_hash) if prior.problem_hash else None
+        self.cache.put(key, pair, (answer.body, answer.source), since=since)
+        return answer
 
     def prior(
         self, session: Session, query: PriorQuery, *, only: frozenset[str] | None = None

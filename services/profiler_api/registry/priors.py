@@ -12,6 +12,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import Future
 
 import numpy as np
 from sqlalchemy.orm import Session
@@ -29,23 +30,42 @@ FAMILY_CONFIDENCE = 0.5
 
 
 class _Memo:
-    """A small LRU of answers: a model version's answer to a query never changes."""
+    """A small LRU of answers: a model version's answer to a query never changes.
+
+    The hosts of a job ask about a new GPU all at once: the first request computes the
+    answer and the others wait for it, instead of each running the model.
+    """
 
     def __init__(self, size: int = MEMO_SIZE) -> None:
         self.size = size
         self._lock = threading.Lock()
         self._items: OrderedDict[tuple, Prior] = OrderedDict()
+        self._pending: dict[tuple, Future[Prior]] = {}
 
     def get(self, key: tuple, compute: Callable[[], Prior]) -> Prior:
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
                 return self._items[key]
-        prior = compute()
+            pending = self._pending.get(key)
+            if pending is None:
+                future: Future[Prior] = Future()
+                self._pending[key] = future
+        if pending is not None:
+            return pending.result()
+        try:
+            prior = compute()
+        except BaseException as exc:
+            with self._lock:
+                del self._pending[key]
+            future.set_exception(exc)
+            raise
         with self._lock:
             self._items[key] = prior
+            del self._pending[key]
             while len(self._items) > self.size:
                 self._items.popitem(last=False)
+        future.set_result(prior)
         return prior
 
 

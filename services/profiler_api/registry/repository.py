@@ -9,6 +9,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from services.profiler_api.orm import ModelVersion
+from services.profiler_api.priors.repository import announce_everything
 
 # Serialises activations across replicas: the partial unique index would refuse a race,
 # the lock makes the loser wait instead of failing.
@@ -94,6 +95,7 @@ def activate(session: Session, version: int) -> bool:
         .where(ModelVersion.version == version)
         .values(active=True, status="active", activated_at=func.now())
     )
+    announce_everything(session)
     return True
 
 
