@@ -89,11 +89,9 @@ async def post_priors_batch(
     """
 
     def ask_all() -> list[Prior]:
+        queries = [PriorQuery.of(body.hardware, p, limit=body.limit) for p in body.problems]
         with sessions() as session:
-            return [
-                priors.prior(session, PriorQuery.of(body.hardware, p, limit=body.limit), only=OBSERVED)
-                for p in body.problems
-            ]
+            return [priors.prior(session, query, only=OBSERVED) for query in queries]
 
     answers = await run_in_threadpool(ask_all)
     for prior in answers:
