@@ -187,7 +187,8 @@ class IngestPacer:
         with httpx.Client(base_url=self.base_url, headers=headers, timeout=60.0) as http:
             for body, measurements in self._bodies:
                 due = started + offered / self.per_s
-                if due - started >= self.duration_s:
+                # Pushes that stall past the window end it too, not only the schedule.
+                if max(due, time.perf_counter()) - started >= self.duration_s:
                     break
                 time.sleep(max(0.0, due - time.perf_counter()))
                 offered += measurements
