@@ -60,6 +60,7 @@ def serve(
 
     from services.profiler_api import migrate as migrations
     from services.profiler_api.metrics import multiprocess_env
+    from services.profiler_api.server import PROTOCOL
 
     embedded = not (database_url or os.environ.get("TPS_DATABASE_URL"))
     url = _database_url(database_url)
@@ -75,6 +76,7 @@ def serve(
         port=port,
         workers=workers,
         access_log=False,
+        http=PROTOCOL,
     )
 
 

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from services.profiler_api.errors import PayloadTooLarge, from_validation_errors
 from services.profiler_api.ingest import repository
-from services.profiler_api.ingest.plan import IngestPlan
+from services.profiler_api.ingest.plan import IngestPlan, org_run_id
 from services.profiler_api.metrics import ServiceMetrics
 from tps.schemas import MAX_BATCH_RUNS, IngestResult, ProbeRunBatch
 
@@ -38,12 +38,27 @@ def store(session: Session, plan: IngestPlan) -> IngestResult:
     accepted = repository.insert_runs(conn, plan.run_rows())
     if accepted:
         repository.copy_measurements(conn, plan.measurement_rows(accepted))
-        repository.add_stats(conn, accepted)
+    measurements = plan.measurement_count(accepted)
+    stored = set(accepted)
+    missed = [run_id for run_id in plan.runs if run_id not in accepted]
+    foreign = repository.runs_of_other_orgs(conn, missed, org_id=plan.org_id) if missed else []
+    if foreign:
+        aliased = plan.aliased(foreign)
+        accepted_aliases = repository.insert_runs(conn, aliased.run_rows())
+        if accepted_aliases:
+            repository.copy_measurements(conn, aliased.measurement_rows(accepted_aliases))
+            measurements += aliased.measurement_count(accepted_aliases)
+            stored |= accepted_aliases
+            accepted |= {
+                run_id for run_id in foreign if org_run_id(plan.org_id, run_id) in accepted_aliases
+            }
+    if stored:
+        repository.add_stats(conn, stored)
     duplicates = [run_id for run_id in plan.runs if run_id not in accepted] + plan.repeated
     return IngestResult(
         accepted=len(accepted),
         duplicates=len(duplicates),
-        measurements=plan.measurement_count(accepted),
+        measurements=measurements,
         duplicate_run_ids=duplicates,
     )
 

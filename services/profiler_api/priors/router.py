@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from services.profiler_api.deps import AgentDep, MetricsDep, SessionDep
 from services.profiler_api.priors.service import PriorService
 from services.profiler_api.priors.sources import PriorQuery
+from tps.bounds import NO_NUL
 from tps.schemas import Prior, PriorRequest
 
 router = APIRouter(prefix="/v1", tags=["priors"])
@@ -41,9 +42,17 @@ def get_priors(
     _: AgentDep,
     priors: PriorServiceDep,
     metrics: MetricsDep,
-    hardware_id: Annotated[str, Query(min_length=1, max_length=64, description="fingerprint")],
+    hardware_id: Annotated[
+        str, Query(min_length=1, max_length=64, pattern=NO_NUL, description="fingerprint")
+    ],
     problem: Annotated[
-        str, Query(min_length=1, max_length=512, description="problem hash or canonical key")
+        str,
+        Query(
+            min_length=1,
+            max_length=512,
+            pattern=NO_NUL,
+            description="problem hash or canonical key",
+        ),
     ],
     limit: Annotated[int, Query(ge=1, le=256)] = 8,
 ) -> Prior:

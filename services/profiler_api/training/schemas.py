@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from tps.bounds import NO_NUL, preview
 from tps.problem import OPS
 
 
@@ -16,12 +17,16 @@ class RetrainParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    ops: list[str] | None = Field(
-        default=None, min_length=1, description="op families to train (default: every one)"
+    ops: list[Annotated[str, Field(max_length=64)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=16,
+        description="op families to train (default: every one)",
     )
     holdout: str | None = Field(
         default=None,
         max_length=128,
+        pattern=NO_NUL,
         description="hardware held out for evaluation and the quality gate (name or alias); "
         "default: one chosen per op, the same on every run",
     )
@@ -39,7 +44,7 @@ class RetrainParams(BaseModel):
     def _known_ops(cls, ops: list[str] | None) -> list[str] | None:
         unknown = [op for op in ops or [] if op not in OPS]
         if unknown:
-            raise ValueError(f"unknown ops {unknown}; known: {sorted(OPS)}")
+            raise ValueError(f"unknown ops {preview(unknown)}; known: {sorted(OPS)}")
         return sorted(set(ops)) if ops else None
 
 
