@@ -7,19 +7,29 @@ import json
 from functools import cached_property, lru_cache
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from tps.bounds import BIGINT_MAX, NO_NUL, Key
 
 MAX_PARAMS = 64
-# Strict: "5" stays a string and 5 an int, as the id hashes types; ints fit a bigint.
-ParamValue = (
+
+
+def _int_fits(value: Any) -> Any:
+    # Checked before the union: a strict float would take a too-large int and change its type.
+    if type(value) is int and not -BIGINT_MAX - 1 <= value <= BIGINT_MAX:
+        raise ValueError("an int param must fit in 64 bits")
+    return value
+
+
+# Strict: "5" stays a string and 5 an int, as the id hashes types.
+ParamValue = Annotated[
     Annotated[bool, Field(strict=True)]
-    | Annotated[int, Field(ge=-BIGINT_MAX - 1, le=BIGINT_MAX, strict=True)]
+    | Annotated[int, Field(strict=True)]
     | Annotated[float, Field(allow_inf_nan=False, strict=True)]
     | Annotated[str, Field(max_length=256, pattern=NO_NUL)]
-    | None
-)
+    | None,
+    BeforeValidator(_int_fits),
+]
 
 
 class _memoised(cached_property[str]):

@@ -6,7 +6,7 @@ import hashlib
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tps.bounds import NO_NUL, Key, preview
 
@@ -127,11 +127,16 @@ class ProblemKey(BaseModel):
     # Extra descriptors of imported kernels (e.g. the Kernel Tuner kernel name).
     variant: str = Field(default="", max_length=128, pattern=NO_NUL)
 
+    @field_validator("op")
+    @classmethod
+    def _known_op(cls, op: str) -> str:
+        if op not in OPS:
+            raise ValueError(f"unknown op {preview(op)}; known ops: {', '.join(sorted(OPS))}")
+        return op
+
     @model_validator(mode="after")
     def _dims_fit_op(self) -> ProblemKey:
-        spec = OPS.get(self.op)
-        if spec is None:
-            raise ValueError(f"unknown op {preview(self.op)}; known ops: {', '.join(sorted(OPS))}")
+        spec = OPS[self.op]
         for name, value in self.dims.items():
             if value <= 0:
                 raise ValueError(f"dims.{name} must be positive, got {value}")
