@@ -33,6 +33,7 @@ DatabaseUrl = Annotated[
 class RoleName(StrEnum):
     agent = "agent"
     admin = "admin"
+    operator = "operator"
 
 
 def _database_url(url: str | None) -> str:
@@ -127,7 +128,13 @@ def db_current(database_url: DatabaseUrl = None) -> None:
 
 def token_create(
     org: Annotated[str, typer.Option(help="organisation; created when new")],
-    role: Annotated[RoleName, typer.Option(help="agent: ingest and read; admin: everything")],
+    role: Annotated[
+        RoleName,
+        typer.Option(
+            help="agent: ingest and read; admin: its organisation's tokens, runs and jobs; "
+            "operator: every organisation and model activation (only created here)"
+        ),
+    ],
     name: Annotated[str | None, typer.Option(help="a label for the token")] = None,
     database_url: DatabaseUrl = None,
 ) -> None:
@@ -146,6 +153,56 @@ def token_create(
         engine.dispose()
     console.print(f"[dim]{role.value} token for {org} (shown once):[/dim]", highlight=False)
     typer.echo(token)
+
+
+def token_list(
+    org: Annotated[str | None, typer.Option(help="only this organisation's tokens")] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """List tokens (id, organisation, role, name, created, revoked); never the tokens."""
+    from rich.table import Table
+    from sqlalchemy.orm import Session
+
+    from services.profiler_api.auth import repository
+    from services.profiler_api.db import make_engine
+    from services.profiler_api.settings import Settings
+
+    engine = make_engine(_database_url(database_url), Settings())
+    try:
+        with Session(engine) as session:
+            rows = repository.list_tokens(session, org=org, limit=100_000)
+    finally:
+        engine.dispose()
+    table = Table("id", "org", "role", "name", "created", "revoked")
+    for row in rows:
+        table.add_row(
+            str(row.id), row.org, row.role, row.name or "", f"{row.created_at:%Y-%m-%d %H:%M}",
+            f"{row.revoked_at:%Y-%m-%d %H:%M}" if row.revoked_at else "",
+        )  # fmt: skip
+    console.print(table)
+
+
+def token_revoke(
+    token_id: Annotated[int, typer.Argument(min=1, help="the id `tps token list` shows")],
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Revoke a token; every running replica refuses it as the revocation commits."""
+    from sqlalchemy.orm import Session
+
+    from services.profiler_api.auth import repository
+    from services.profiler_api.db import make_engine
+    from services.profiler_api.settings import Settings
+
+    engine = make_engine(_database_url(database_url), Settings())
+    try:
+        with Session(engine) as session, session.begin():
+            row = repository.revoke_token(session, token_id, org=None)
+    finally:
+        engine.dispose()
+    if row is None:
+        console.print(f"[red]no token {token_id}")
+        raise typer.Exit(1)
+    console.print(f"token {row.id} ({row.role} of {row.org}) revoked at {row.revoked_at}")
 
 
 def bench_ingest(
@@ -242,6 +299,8 @@ def register(app: typer.Typer) -> None:
     app.add_typer(db_app, name="db")
     token_app = typer.Typer(no_args_is_help=True, help="Manage bearer tokens.")
     token_app.command("create")(token_create)
+    token_app.command("list")(token_list)
+    token_app.command("revoke")(token_revoke)
     app.add_typer(token_app, name="token")
     bench_app.command("ingest")(bench_ingest)
     bench_app.command("priors")(bench_priors)

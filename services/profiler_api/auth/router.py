@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request
 
 from services.profiler_api.auth import repository
 from services.profiler_api.auth.schemas import IssuedToken, TokenOut, TokenRequest
@@ -50,9 +50,14 @@ def list_tokens(
 
 
 @router.post("/{token_id}/revoke", response_model=TokenOut, summary="Revoke a token at once")
-def revoke_token(session: SessionDep, principal: AdminDep, token_id: TokenId) -> TokenOut:
-    """Revoke a token; every replica drops it from its cache as the revocation commits."""
+def revoke_token(
+    request: Request, session: SessionDep, principal: AdminDep, token_id: TokenId
+) -> TokenOut:
+    """Revoke a token: this replica refuses it from this answer on, the others as soon as
+    the revocation's notification reaches them (milliseconds)."""
     row = repository.revoke_token(session, token_id, org=_scope(principal, None))
     if row is None:
         raise NotFound(f"token_id: no token {token_id} in organisation {principal.org_name}")
+    session.commit()
+    request.app.state.token_cache.invalidate()  # not waiting for our own notification
     return TokenOut.model_validate(row, from_attributes=True)
