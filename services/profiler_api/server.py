@@ -28,23 +28,28 @@ def max_head_bytes() -> int:
 class HeadBoundedProtocol(HttpToolsProtocol):
     """HttpToolsProtocol that refuses a request line plus headers over the limit (431)."""
 
-    _head_bytes: int | None = 0  # bytes of the current head; None once the head is complete
+    _head_bytes = 0  # bytes of the current head received so far
+    _tail = b""  # the last bytes of the head so far: its end may straddle two chunks
 
     def data_received(self, data: bytes) -> None:
-        in_head_before = self._head_bytes is not None
+        if self.transport.is_closing():
+            return
+        if self._in_head():
+            end = (self._tail + data).find(b"\r\n\r\n")
+            size = self._head_bytes + (len(data) if end < 0 else end + 4 - len(self._tail))
+            if size > max_head_bytes():
+                self._refuse_head()  # before the parser buffers any of it
+                return
+            self._head_bytes, self._tail = (size, data[-3:]) if end < 0 else (0, b"")
+        else:
+            self._head_bytes, self._tail = 0, b""
         super().data_received(data)
-        if in_head_before and self._head_bytes is not None:
-            self._head_bytes += len(data)
-            if self._head_bytes > max_head_bytes() and not self.transport.is_closing():
-                self._refuse_head()
 
-    def on_headers_complete(self) -> None:
-        self._head_bytes = None
-        super().on_headers_complete()
-
-    def on_message_complete(self) -> None:
-        super().on_message_complete()
-        self._head_bytes = 0  # the next request's head starts
+    def _in_head(self) -> bool:
+        # Between messages, or inside a head: no request is reading a body. A head that
+        # begins in the chunk that ends a body is counted from the next chunk on.
+        cycle = getattr(self, "cycle", None)
+        return cycle is None or not cycle.more_body
 
     def _refuse_head(self) -> None:
         limit = max_head_bytes()

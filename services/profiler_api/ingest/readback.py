@@ -67,7 +67,9 @@ def load_run(session: Session, run_id: uuid.UUID, *, principal: Principal) -> Pr
     )
 
 
-def _find(session: Session, run_id: uuid.UUID) -> Row[ProbeRunRow, dict[str, Any], dict[str, Any]] | None:
+def _find(
+    session: Session, run_id: uuid.UUID
+) -> Row[ProbeRunRow, dict[str, Any], dict[str, Any]] | None:
     return session.execute(
         select(ProbeRunRow, Hardware.spec, Problem.key)
         .join(Hardware, Hardware.fingerprint == ProbeRunRow.hardware_id)
