@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated
 
-from pydantic import AfterValidator, AwareDatetime, Field
+from pydantic import AfterValidator, AwareDatetime, BeforeValidator, Field
 
 BIGINT_MAX = 2**63 - 1
 INT4_MAX = 2**31 - 1
@@ -28,10 +28,19 @@ def preview(value: object, limit: int = PREVIEW_CHARS) -> str:
     return f"{text[:limit]!r}... ({len(text)} characters)"
 
 
+def _not_text(value: object) -> object:
+    if isinstance(value, str | bytes | bool):
+        raise ValueError(f"must be a number, not a {type(value).__name__}")
+    return value
+
+
+# Ints accept 5 and 5.0 (JSON Schema's integers), never "5".
+NotText = BeforeValidator(_not_text)
+
 Key = Annotated[str, Field(min_length=1, max_length=64, pattern=KEY_PATTERN)]
 Flag = Annotated[bool, Field(strict=True)]
 Label = Annotated[str, Field(max_length=64, pattern=NO_NUL)]
-Count = Annotated[int, Field(ge=0, le=INT4_MAX, strict=True)]
+Count = Annotated[int, Field(ge=0, le=INT4_MAX), NotText]
 
 # Runs from before 2000 or from the far future are a broken clock, not a probe.
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)

@@ -55,7 +55,11 @@ class Candidate(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, ignored_types=(_memoised,))
 
     backend: Key
-    params: dict[Key, ParamValue] = Field(default_factory=dict, max_length=MAX_PARAMS)
+    params: dict[Key, ParamValue] = Field(
+        default_factory=dict,
+        max_length=MAX_PARAMS,
+        json_schema_extra={"additionalProperties": False},
+    )
 
     @_memoised
     def id(self) -> str:

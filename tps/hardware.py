@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tps.bounds import NO_NUL, Key
+from tps.bounds import NO_NUL, Key, NotText
 
 Vendor = Literal["nvidia", "amd", "intel", "cpu"]
 
@@ -32,18 +32,23 @@ class HardwareSpec(BaseModel):
     name: str = Field(
         min_length=1, max_length=128, pattern=NO_NUL, description="product name, e.g. NVIDIA H200"
     )
-    compute_units: int = Field(gt=0, le=MAX_UNITS, strict=True, description="SMs, CUs or cores")
-    l2_bytes: int = Field(ge=0, le=MAX_BYTES, strict=True)
+    compute_units: Annotated[int, NotText] = Field(
+        gt=0, le=MAX_UNITS, description="SMs, CUs or cores"
+    )
+    l2_bytes: Annotated[int, NotText] = Field(ge=0, le=MAX_BYTES)
     mem_bandwidth_gbs: float = Field(gt=0, le=1e6, allow_inf_nan=False, strict=True)
-    memory_bytes: int | None = Field(default=None, ge=0, le=MAX_BYTES, strict=True)
+    memory_bytes: Annotated[int, Field(ge=0, le=MAX_BYTES), NotText] | None = None
     peak_tflops: dict[Key, Tflops] = Field(
-        default_factory=dict, max_length=16, description="per dtype, dense"
+        default_factory=dict,
+        max_length=16,
+        description="per dtype, dense",
+        json_schema_extra={"additionalProperties": False},
     )
     clock_mhz: float | None = Field(default=None, gt=0, le=1e5, allow_inf_nan=False, strict=True)
-    warp_size: int | None = Field(default=None, gt=0, le=1024, strict=True)
-    smem_per_unit_bytes: int | None = Field(default=None, ge=0, le=MAX_BYTES, strict=True)
+    warp_size: Annotated[int, Field(gt=0, le=1024), NotText] | None = None
+    smem_per_unit_bytes: Annotated[int, Field(ge=0, le=MAX_BYTES), NotText] | None = None
     # Green contexts and CPU thread limits give distinct configurations of one device.
-    unit_limit: int | None = Field(default=None, gt=0, le=MAX_UNITS, strict=True)
+    unit_limit: Annotated[int, Field(gt=0, le=MAX_UNITS), NotText] | None = None
     driver_version: str | None = Field(default=None, max_length=64, pattern=NO_NUL)
     blas_version: str | None = Field(default=None, max_length=64, pattern=NO_NUL)
     torch_version: str | None = Field(default=None, max_length=64, pattern=NO_NUL)

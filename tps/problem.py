@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tps.bounds import NO_NUL, Key, preview
+from tps.bounds import NO_NUL, Key, NotText, preview
 
 Dtype = Literal["bf16", "fp16", "fp32", "tf32", "fp8_e4m3", "fp8_e5m2", "fp64", "int8"]
 
@@ -66,8 +66,8 @@ OPS: dict[str, OpSpec] = {
 
 MAX_DIM = 2**31 - 1  # what BLAS and torch index with; also keeps products far from overflow
 MAX_FREE_DIMS = 16
-Dim = Annotated[int, Field(gt=0, le=MAX_DIM, strict=True)]
-Stride = Annotated[int, Field(ge=0, le=2**62, strict=True)]
+Dim = Annotated[int, Field(gt=0, le=MAX_DIM), NotText]
+Stride = Annotated[int, Field(ge=0, le=2**62), NotText]
 
 
 def _dims_schema() -> dict[str, Any]:
@@ -115,7 +115,9 @@ class ProblemKey(BaseModel):
 
     op: str = Field(min_length=1, max_length=64)
     dtype: Dtype = "fp32"
-    dims: dict[Key, Dim] = Field(min_length=1, max_length=MAX_FREE_DIMS)
+    dims: dict[Key, Dim] = Field(
+        min_length=1, max_length=MAX_FREE_DIMS, json_schema_extra={"additionalProperties": False}
+    )
     trans_a: bool = Field(default=False, strict=True)
     trans_b: bool = Field(default=False, strict=True)
     lda: Dim | None = None

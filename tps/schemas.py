@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tps.bounds import NO_NUL, Count, Flag, Label, Timestamp, preview
+from tps.bounds import NO_NUL, Count, Flag, Label, NotText, Timestamp, preview
 from tps.candidate import Candidate
 from tps.hardware import HardwareSpec
 from tps.problem import ProblemKey
@@ -52,8 +52,20 @@ class Telemetry(Strict):
     delayed_ms: Millis = 0.0
 
 
+# "valid and no error" needs a median: published so that schema-valid data is accepted.
+_MEASUREMENT_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {"required": ["valid"], "properties": {"valid": {"const": False}}},
+        {"required": ["error"], "properties": {"error": {"type": "string"}}},
+        {"required": ["median_us"], "properties": {"median_us": {"type": "number"}}},
+    ]
+}
+
+
 class Measurement(Strict):
     """One candidate on one problem on one host. Latencies are in microseconds."""
+
+    model_config = ConfigDict(json_schema_extra=_MEASUREMENT_SCHEMA)
 
     candidate: Candidate
     median_us: Latency | None = None
@@ -79,7 +91,7 @@ class PriorUse(Strict):
     used: Flag = False
     source: Label | None = None
     candidate_ids: list[Label] = Field(default_factory=list, max_length=MAX_PRIOR_IDS)
-    winner_rank: int | None = Field(default=None, ge=0, le=MAX_MEASUREMENTS_PER_RUN, strict=True)
+    winner_rank: Annotated[int, Field(ge=0, le=MAX_MEASUREMENTS_PER_RUN), NotText] | None = None
 
 
 class ProbeRun(Strict):
@@ -132,7 +144,7 @@ class PriorRequest(Strict):
 
     hardware: HardwareSpec
     problem: ProblemKey
-    limit: int = Field(default=8, ge=1, le=256, strict=True)
+    limit: Annotated[int, NotText] = Field(default=8, ge=1, le=256)
 
 
 class PriorCandidate(Strict):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import psycopg
@@ -163,11 +164,25 @@ async def _request_validation_error(_: Request, exc: Exception) -> JSONResponse:
     return _render(from_validation_errors(list(exc.errors()), skip_prefix=1))
 
 
-async def _http_error(_: Request, exc: Exception) -> JSONResponse:
+def _allowed_methods(request: Request) -> str:
+    # Starlette's 405 names the methods of the first route of the path; a path served by
+    # two routes (GET and POST /v1/priors) takes them all, as the OpenAPI document lists.
+    methods: set[str] = set()
+    for template, operations in request.app.openapi()["paths"].items():
+        pattern = re.sub(r"\\{[^/]+?\\}", "[^/]+", re.escape(template))
+        if re.fullmatch(pattern, request.url.path):
+            methods.update(method.upper() for method in operations)
+    return ", ".join(sorted(methods))
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     error = APIError(str(exc.detail))
     error.status_code = exc.status_code
-    return _render(error, headers=dict(exc.headers or {}))  # 405 keeps its Allow
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = _allowed_methods(request)
+    return _render(error, headers=headers)
 
 
 def database_error(exc: BaseException) -> APIError:

@@ -260,6 +260,23 @@ def bench_priors(
         console.print_json(data=result)
 
 
+def bench_fuzz(
+    database_url: DatabaseUrl = None,
+    max_examples: Annotated[int, typer.Option(min=1, help="cases per operation and phase")] = 300,
+    seed: Annotated[int, typer.Option(help="Schemathesis seed")] = 1,
+    workers: Annotated[int, typer.Option(min=1, help="concurrent fuzzing workers")] = 2,
+) -> None:
+    """Fuzz the API with Schemathesis (every check) as an agent and an admin; print JSON."""
+    logging.getLogger().setLevel(logging.WARNING)
+    from services.profiler_api.fuzz import FuzzConfig, run_api_fuzz, unexplained
+
+    config = FuzzConfig(max_examples=max_examples, seed=seed, workers=workers)
+    result = run_api_fuzz(_database_url(database_url), config)
+    for role in ("agent", "admin"):
+        result[role]["unexplained"] = unexplained(result[role])
+    typer.echo(json.dumps(result))
+
+
 def worker(
     database_url: DatabaseUrl = None,
     once: Annotated[bool, typer.Option(help="run at most one job, then exit")] = False,
@@ -304,4 +321,5 @@ def register(app: typer.Typer) -> None:
     app.add_typer(token_app, name="token")
     bench_app.command("ingest")(bench_ingest)
     bench_app.command("priors")(bench_priors)
+    bench_app.command("fuzz")(bench_fuzz)
     app.add_typer(bench_app, name="bench")
