@@ -260,6 +260,23 @@ def bench_priors(
         console.print_json(data=result)
 
 
+def bench_sustained(
+    database_url: DatabaseUrl = None,
+    duration_s: Annotated[float, typer.Option(min=1, help="seconds at the held rate")] = 600,
+    fraction: Annotated[float, typer.Option(min=0.01, max=1, help="of the maximum")] = 0.5,
+    workers: Annotated[int, typer.Option(min=1, help="service worker processes")] = 2,
+    clients: Annotated[int, typer.Option(min=1, help="concurrent HTTP clients")] = 4,
+) -> None:
+    """Measure the maximum ingest rate, hold half of it for ten minutes; print JSON."""
+    logging.getLogger().setLevel(logging.WARNING)
+    from services.profiler_api.bench_sustained import SustainedConfig, run_sustained_bench
+
+    config = SustainedConfig(
+        duration_s=duration_s, fraction=fraction, workers=workers, clients=clients
+    )
+    typer.echo(json.dumps(run_sustained_bench(_database_url(database_url), config)))
+
+
 def bench_fuzz(
     database_url: DatabaseUrl = None,
     max_examples: Annotated[int, typer.Option(min=1, help="cases per operation and phase")] = 300,
@@ -322,4 +339,5 @@ def register(app: typer.Typer) -> None:
     bench_app.command("ingest")(bench_ingest)
     bench_app.command("priors")(bench_priors)
     bench_app.command("fuzz")(bench_fuzz)
+    bench_app.command("sustained")(bench_sustained)
     app.add_typer(bench_app, name="bench")
