@@ -112,7 +112,10 @@ def _run_one(base_url: str, token: str, config: FuzzConfig, report: Path) -> dic
     ]  # fmt: skip
     if config.max_time_s is not None:
         command += ["--max-time", str(config.max_time_s)]
-    completed = subprocess.run(command, capture_output=True, text=True, check=False)
+    # In the report's folder: Schemathesis keeps a cache of crashes where it runs.
+    completed = subprocess.run(
+        command, capture_output=True, text=True, check=False, cwd=report.parent
+    )
     if not report.exists():
         raise TPSError(f"schemathesis wrote no report:\n{completed.stdout[-4000:]}")
     data = json.loads(report.read_text())
