@@ -77,6 +77,7 @@ def test_slow_uploads_hold_no_connection_and_time_out(bounded_service: BoundedSe
         with bounded_service.client("globex-agent") as client:
             assert client.post("/v1/probe-runs", content=batch_body([probe_run()])).is_success
         assert max(latencies) < ANSWER_WITHIN_S, latencies
+        print(f"\nslow uploads: {SLOW_UPLOADS} held, priors max {max(latencies):.3f} s")
         # Each upload is refused with 408 once its body deadline passes.
         timeout_s = float(TIGHT_LIMITS["TPS_BODY_TIMEOUT_S"])
         sockets[0].settimeout(timeout_s + 5)
@@ -171,11 +172,21 @@ def test_concurrent_gzip_bombs_are_413_within_a_memory_bound(
     for thread in threads:
         thread.join()
     assert statuses == [413] * BOMBS
+    print(
+        f"\ngzip bombs: {BOMBS} x {len(bomb)} bytes, RSS growth {(peak - before) / 2**20:.0f} MiB "
+        f"(bound {bound_mib(len(bomb), limit):.0f} MiB), priors max {max(latencies):.3f} s"
+    )
     # Stated bound: each bomb in flight holds its compressed body and at most the limit
     # once inflated (plus the JSON of nothing); 64 MiB covers allocator slack.
-    bound = BOMBS * (len(bomb) + limit) + 64 * 1024 * 1024
+    bound = bound_mib(len(bomb), limit) * 2**20
     assert peak - before < bound, (peak - before, bound)
     assert max(latencies) < ANSWER_WITHIN_S, latencies
+
+
+def bound_mib(compressed: int, limit: int) -> float:
+    """The stated bound: each bomb in flight holds its compressed body and at most the
+    limit inflated; 64 MiB covers allocator slack."""
+    return (BOMBS * (compressed + limit) + 64 * 2**20) / 2**20
 
 
 @pytest.mark.parametrize(
