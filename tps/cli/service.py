@@ -282,12 +282,17 @@ def bench_fuzz(
     max_examples: Annotated[int, typer.Option(min=1, help="cases per operation and phase")] = 300,
     seed: Annotated[int, typer.Option(help="Schemathesis seed")] = 1,
     workers: Annotated[int, typer.Option(min=1, help="concurrent fuzzing workers")] = 2,
+    max_time_s: Annotated[
+        int | None, typer.Option(min=1, help="time budget per role, seconds")
+    ] = None,
 ) -> None:
     """Fuzz the API with Schemathesis (every check) as an agent and an admin; print JSON."""
     logging.getLogger().setLevel(logging.WARNING)
     from services.profiler_api.fuzz import FuzzConfig, run_api_fuzz, unexplained
 
-    config = FuzzConfig(max_examples=max_examples, seed=seed, workers=workers)
+    config = FuzzConfig(
+        max_examples=max_examples, seed=seed, workers=workers, max_time_s=max_time_s
+    )
     result = run_api_fuzz(_database_url(database_url), config)
     for role in ("agent", "admin"):
         result[role]["unexplained"] = unexplained(result[role])
