@@ -95,6 +95,8 @@ class LiveService:
     agent_token: str
     admin_token: str
     other_agent_token: str  # an agent of another organisation
+    other_admin_token: str  # an admin of the other organisation
+    operator_token: str  # fleet-wide, of an organisation of its own
     org: str = "acme"
     other_org: str = "globex"
 
@@ -121,6 +123,8 @@ def live_service(migrated_database_url: str) -> Iterator[LiveService]:
             "agent_token": create_token(session, org="acme", role=Role.AGENT),
             "admin_token": create_token(session, org="acme", role=Role.ADMIN),
             "other_agent_token": create_token(session, org="globex", role=Role.AGENT),
+            "other_admin_token": create_token(session, org="globex", role=Role.ADMIN),
+            "operator_token": create_token(session, org="tps-operators", role=Role.OPERATOR),
         }
     engine.dispose()
     with running_service(migrated_database_url) as service:

@@ -34,7 +34,7 @@ def test_packed_leading_dims_normalise_to_one_key() -> None:
     "dims, message",
     [
         ({"m": 8, "n": 16}, "needs dims"),
-        ({"m": 8, "n": 16, "k": 0}, "must be positive"),
+        ({"m": 8, "n": 16, "k": 0}, "greater than 0"),
         ({"m": 8, "n": 16, "k": 4, "h": 2}, "takes no dims"),
     ],
 )

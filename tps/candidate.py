@@ -5,11 +5,28 @@ from __future__ import annotations
 import hashlib
 import json
 from functools import cached_property, lru_cache
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-ParamValue = int | float | str | bool | None
+from tps.bounds import BIGINT_MAX, NO_NUL, Key
+
+MAX_PARAMS = 64
+PARAM_FLOAT_MAX = 2.0**63
+
+
+# Strict: "5" stays a string and 5 an int, as the id hashes types. Ints fit a bigint; a
+# float is bounded alike, so that an int too large for the int branch (a strict float takes
+# ints) is refused rather than stored as a float.
+ParamValue = (
+    Annotated[bool, Field(strict=True)]
+    | Annotated[int, Field(ge=-BIGINT_MAX - 1, le=BIGINT_MAX, strict=True)]
+    | Annotated[
+        float, Field(ge=-PARAM_FLOAT_MAX, le=PARAM_FLOAT_MAX, allow_inf_nan=False, strict=True)
+    ]
+    | Annotated[str, Field(max_length=256, pattern=NO_NUL)]
+    | None
+)
 
 
 class _memoised(cached_property[str]):
@@ -34,8 +51,12 @@ class Candidate(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, ignored_types=(_memoised,))
 
-    backend: str = Field(min_length=1, max_length=64)
-    params: dict[str, ParamValue] = Field(default_factory=dict)
+    backend: Key
+    params: dict[Key, ParamValue] = Field(
+        default_factory=dict,
+        max_length=MAX_PARAMS,
+        json_schema_extra={"additionalProperties": False},
+    )
 
     @_memoised
     def id(self) -> str:

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from tps.bounds import NO_NUL, Key, NotText
 
 Vendor = Literal["nvidia", "amd", "intel", "cpu"]
 
 # Fields that identify software, not hardware: they never change the fingerprint.
 SOFTWARE_FIELDS = frozenset({"driver_version", "blas_version", "torch_version"})
+
+MAX_UNITS = 1_000_000
+MAX_BYTES = 2**50  # a pebibyte: far above any device, far below a bigint
+Tflops = Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False, strict=True)]
 
 
 class HardwareSpec(BaseModel):
@@ -20,21 +26,32 @@ class HardwareSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     vendor: Vendor
-    arch: str = Field(min_length=1, max_length=32, description="sm_90, gfx942, x86_64-avx512, ...")
-    name: str = Field(min_length=1, max_length=128, description="product name, e.g. NVIDIA H200")
-    compute_units: int = Field(gt=0, description="SMs, CUs or CPU cores in use")
-    l2_bytes: int = Field(ge=0)
-    mem_bandwidth_gbs: float = Field(gt=0)
-    memory_bytes: int | None = Field(default=None, ge=0)
-    peak_tflops: dict[str, float] = Field(default_factory=dict, description="per dtype, dense")
-    clock_mhz: float | None = Field(default=None, gt=0)
-    warp_size: int | None = Field(default=None, gt=0)
-    smem_per_unit_bytes: int | None = Field(default=None, ge=0)
+    arch: str = Field(
+        min_length=1, max_length=32, pattern=NO_NUL, description="sm_90, gfx942, x86_64-avx512, ..."
+    )
+    name: str = Field(
+        min_length=1, max_length=128, pattern=NO_NUL, description="product name, e.g. NVIDIA H200"
+    )
+    compute_units: Annotated[int, NotText] = Field(
+        gt=0, le=MAX_UNITS, description="SMs, CUs or cores"
+    )
+    l2_bytes: Annotated[int, NotText] = Field(ge=0, le=MAX_BYTES)
+    mem_bandwidth_gbs: float = Field(gt=0, le=1e6, allow_inf_nan=False, strict=True)
+    memory_bytes: Annotated[int, Field(ge=0, le=MAX_BYTES), NotText] | None = None
+    peak_tflops: dict[Key, Tflops] = Field(
+        default_factory=dict,
+        max_length=16,
+        description="per dtype, dense",
+        json_schema_extra={"additionalProperties": False},
+    )
+    clock_mhz: float | None = Field(default=None, gt=0, le=1e5, allow_inf_nan=False, strict=True)
+    warp_size: Annotated[int, Field(gt=0, le=1024), NotText] | None = None
+    smem_per_unit_bytes: Annotated[int, Field(ge=0, le=MAX_BYTES), NotText] | None = None
     # Green contexts and CPU thread limits give distinct configurations of one device.
-    unit_limit: int | None = Field(default=None, gt=0)
-    driver_version: str | None = Field(default=None, max_length=64)
-    blas_version: str | None = Field(default=None, max_length=64)
-    torch_version: str | None = Field(default=None, max_length=64)
+    unit_limit: Annotated[int, Field(gt=0, le=MAX_UNITS), NotText] | None = None
+    driver_version: str | None = Field(default=None, max_length=64, pattern=NO_NUL)
+    blas_version: str | None = Field(default=None, max_length=64, pattern=NO_NUL)
+    torch_version: str | None = Field(default=None, max_length=64, pattern=NO_NUL)
 
     def fingerprint(self) -> str:
         """Return a stable hash of the hardware fields (software versions excluded)."""

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from tps.bounds import NO_NUL, Key, NotText, preview
 
 Dtype = Literal["bf16", "fp16", "fp32", "tf32", "fp8_e4m3", "fp8_e5m2", "fp64", "int8"]
 
@@ -74,6 +76,40 @@ def dims_doc() -> str:
     return "positive ints named per op; " + "; ".join(words)
 
 
+MAX_DIM = 2**31 - 1  # what BLAS and torch index with; also keeps products far from overflow
+MAX_FREE_DIMS = 16
+Dim = Annotated[int, Field(gt=0, le=MAX_DIM), NotText]
+Stride = Annotated[int, Field(ge=0, le=2**62), NotText]
+
+
+def _dims_schema() -> dict[str, Any]:
+    """Publish in the JSON schema which op takes which dims, as `if op then dims` clauses."""
+    clauses: list[dict[str, Any]] = []
+    for spec in OPS.values():
+        if spec.free_dims:
+            continue
+        names = spec.required_dims + spec.optional_dims
+        clauses.append(
+            {
+                "if": {"properties": {"op": {"const": spec.name}}, "required": ["op"]},
+                "then": {
+                    "properties": {
+                        "dims": {
+                            "required": list(spec.required_dims),
+                            "propertyNames": {"enum": list(names)},
+                        }
+                    }
+                },
+            }
+        )
+    return {"allOf": clauses}
+
+
+def _problem_schema(schema: dict[str, Any]) -> None:
+    schema["properties"]["op"]["enum"] = sorted(OPS)
+    schema.update(_dims_schema())
+
+
 def register_op(spec: OpSpec) -> None:
     """Make an op known to problem validation."""
     OPS[spec.name] = spec
@@ -87,30 +123,38 @@ class ProblemKey(BaseModel):
     default to the packed layout.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=_problem_schema)
 
     op: str = Field(min_length=1, max_length=64)
     dtype: Dtype = "fp32"
-    dims: dict[str, int] = Field(
+    dims: dict[Key, Dim] = Field(
+        min_length=1,
+        max_length=MAX_FREE_DIMS,
+        json_schema_extra={"additionalProperties": False},
         description=dims_doc(),
         examples=[{"m": 4096, "n": 4096, "k": 4096}, {"rows": 8192, "cols": 4096}],
     )
-    trans_a: bool = False
-    trans_b: bool = False
-    lda: int | None = Field(default=None, gt=0)
-    ldb: int | None = Field(default=None, gt=0)
-    ldc: int | None = Field(default=None, gt=0)
-    stride_a: int | None = Field(default=None, ge=0)
-    stride_b: int | None = Field(default=None, ge=0)
-    stride_c: int | None = Field(default=None, ge=0)
+    trans_a: bool = Field(default=False, strict=True)
+    trans_b: bool = Field(default=False, strict=True)
+    lda: Dim | None = None
+    ldb: Dim | None = None
+    ldc: Dim | None = None
+    stride_a: Stride | None = None
+    stride_b: Stride | None = None
+    stride_c: Stride | None = None
     # Extra descriptors of imported kernels (e.g. the Kernel Tuner kernel name).
-    variant: str = Field(default="", max_length=128)
+    variant: str = Field(default="", max_length=128, pattern=NO_NUL)
+
+    @field_validator("op")
+    @classmethod
+    def _known_op(cls, op: str) -> str:
+        if op not in OPS:
+            raise ValueError(f"unknown op {preview(op)}; known ops: {', '.join(sorted(OPS))}")
+        return op
 
     @model_validator(mode="after")
     def _dims_fit_op(self) -> ProblemKey:
-        spec = OPS.get(self.op)
-        if spec is None:
-            raise ValueError(f"unknown op {self.op!r}; known ops: {', '.join(sorted(OPS))}")
+        spec = OPS[self.op]
         for name, value in self.dims.items():
             if value <= 0:
                 raise ValueError(f"dims.{name} must be positive, got {value}")

@@ -3,23 +3,31 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from tps.bounds import NO_NUL, Count, Flag, Label, NotText, Timestamp, preview
 from tps.candidate import Candidate
 from tps.hardware import HardwareSpec
 from tps.problem import ProblemKey
 
 MAX_BATCH_RUNS = 1000
 MAX_MEASUREMENTS_PER_RUN = 20000
+MAX_ERROR_CHARS = 2000
+MAX_PRIOR_IDS = 256
+# Upper bounds of plausible values: a microsecond latency of 10^12 is eleven days.
+MAX_US = 1e12
+MAX_MS = 1e9
 
 
 # Constraints, not Python validators: they run inside pydantic-core, which matters at
 # tens of thousands of measurements per second. NaN and infinity are refused.
-Latency = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Latency = Annotated[float, Field(gt=0, le=MAX_US, allow_inf_nan=False, strict=True)]
+NonNegative = Annotated[float, Field(ge=0, le=MAX_US, allow_inf_nan=False, strict=True)]
+Millis = Annotated[float, Field(ge=0, le=MAX_MS, allow_inf_nan=False, strict=True)]
+Percent = Annotated[float, Field(ge=0, le=100, allow_inf_nan=False, strict=True)]
 
 
 class Strict(BaseModel):
@@ -29,30 +37,46 @@ class Strict(BaseModel):
 class Telemetry(Strict):
     """A device telemetry snapshot; a field is null where the source cannot read it."""
 
-    source: str | None = None
-    temperature_c: float | None = None
-    utilization_pct: float | None = None
-    mem_bw_util_pct: float | None = None
-    sm_clock_mhz: float | None = None
-    power_w: float | None = None
-    throttle_reasons: list[str] = Field(default_factory=list)
-    thermal_safe: bool = False
-    delayed_ms: NonNegative = 0.0
+    source: Label | None = None
+    temperature_c: float | None = Field(
+        default=None, ge=-100, le=300, allow_inf_nan=False, strict=True
+    )
+    utilization_pct: Percent | None = None
+    mem_bw_util_pct: Percent | None = None
+    sm_clock_mhz: float | None = Field(
+        default=None, ge=0, le=100_000, allow_inf_nan=False, strict=True
+    )
+    power_w: float | None = Field(default=None, ge=0, le=100_000, allow_inf_nan=False, strict=True)
+    throttle_reasons: list[Label] = Field(default_factory=list, max_length=32)
+    thermal_safe: Flag = False
+    delayed_ms: Millis = 0.0
+
+
+# "valid and no error" needs a median: published so that schema-valid data is accepted.
+_MEASUREMENT_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {"required": ["valid"], "properties": {"valid": {"const": False}}},
+        {"required": ["error"], "properties": {"error": {"type": "string"}}},
+        {"required": ["median_us"], "properties": {"median_us": {"type": "number"}}},
+    ]
+}
 
 
 class Measurement(Strict):
     """One candidate on one problem on one host. Latencies are in microseconds."""
+
+    model_config = ConfigDict(json_schema_extra=_MEASUREMENT_SCHEMA)
 
     candidate: Candidate
     median_us: Latency | None = None
     p10_us: Latency | None = None
     p90_us: Latency | None = None
     std_us: NonNegative | None = None
-    samples: int = Field(default=0, ge=0)
-    outliers_rejected: int = Field(default=0, ge=0)
-    valid: bool = True
-    error: str | None = Field(default=None, max_length=2000)
-    compile_ms: NonNegative | None = None
+    samples: Count = 0
+    outliers_rejected: Count = 0
+    valid: Flag = True
+    error: str | None = Field(default=None, max_length=MAX_ERROR_CHARS, pattern=NO_NUL)
+    compile_ms: Millis | None = None
 
     @model_validator(mode="after")
     def _valid_needs_latency(self) -> Measurement:
@@ -64,10 +88,10 @@ class Measurement(Strict):
 class PriorUse(Strict):
     """Whether a probe was steered by priors, and how well they did."""
 
-    used: bool = False
-    source: str | None = None
-    candidate_ids: list[str] = Field(default_factory=list)
-    winner_rank: int | None = Field(default=None, ge=0)
+    used: Flag = False
+    source: Label | None = None
+    candidate_ids: list[Label] = Field(default_factory=list, max_length=MAX_PRIOR_IDS)
+    winner_rank: Annotated[int, Field(ge=0, le=MAX_MEASUREMENTS_PER_RUN), NotText] | None = None
 
 
 class ProbeRun(Strict):
@@ -78,22 +102,24 @@ class ProbeRun(Strict):
     hardware: HardwareSpec
     problem: ProblemKey
     measurements: list[Measurement] = Field(min_length=1, max_length=MAX_MEASUREMENTS_PER_RUN)
-    winner_id: str | None = None
-    budget_ms: NonNegative = 0.0
-    compile_ms: NonNegative = 0.0
+    winner_id: Label | None = None
+    budget_ms: Millis = 0.0
+    compile_ms: Millis = 0.0
     telemetry: Telemetry | None = None
     priors: PriorUse = Field(default_factory=PriorUse)
-    rationale: str | None = Field(default=None, max_length=4000)
-    agent_version: str | None = Field(default=None, max_length=64)
-    source: str = Field(default="agent", max_length=64)
-    created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    rationale: str | None = Field(default=None, max_length=4000, pattern=NO_NUL)
+    agent_version: Label | None = None
+    source: Label = "agent"
+    created_at: Timestamp = Field(default_factory=lambda: datetime.now(UTC))
 
     @model_validator(mode="after")
     def _winner_is_measured(self) -> ProbeRun:
         if self.winner_id is not None:
             ids = {m.candidate.id for m in self.measurements}
             if self.winner_id not in ids:
-                raise ValueError(f"winner_id {self.winner_id!r} is not among the measurements")
+                raise ValueError(
+                    f"winner_id {preview(self.winner_id)} is not among the measurements"
+                )
         return self
 
 
@@ -129,7 +155,7 @@ class PriorRequest(Strict):
 
     hardware: HardwareSpec
     problem: ProblemKey
-    limit: int = Field(default=8, ge=1, le=256)
+    limit: Annotated[int, NotText] = Field(default=8, ge=1, le=256)
 
 
 class PriorCandidate(Strict):

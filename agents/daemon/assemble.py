@@ -11,7 +11,7 @@ import httpx
 
 from agents.daemon.daemon import AgentDaemon, ProbeCache, ProbeEngine, ProblemSource
 from agents.daemon.errors import ConfigError
-from agents.daemon.identity import MACHINE_ID_PATHS, host_id, read_machine_id
+from agents.daemon.identity import MACHINE_ID_PATHS, host_id, local_key, read_machine_id
 from agents.daemon.metrics import AgentMetrics
 from agents.daemon.pusher import Pusher, RetryPolicy
 from agents.daemon.settings import AgentSettings
@@ -35,10 +35,18 @@ class AssembledAgent:
         self.resources.close()
 
 
-def agent_host_id(settings: AgentSettings) -> str:
-    """Return this host's id under the deployment's secret."""
+def agent_host_id(settings: AgentSettings, *, require_secret: bool = True) -> str:
+    """Return this host's id under the deployment's secret.
+
+    Without `require_secret` (a one-off probe) and without a secret, the host's own key
+    is used: still keyed, stable on this host, unlinkable to the daemon's id.
+    """
     machine_id = read_machine_id([settings.machine_id_path, *MACHINE_ID_PATHS])
-    return host_id(machine_id=machine_id, secret=settings.require_secret())
+    if require_secret or settings.deployment_secret is not None:
+        secret = settings.require_secret()
+    else:
+        secret = local_key(settings.host_key_path)
+    return host_id(machine_id=machine_id, secret=secret)
 
 
 def open_cache(settings: AgentSettings) -> ProbeCache:

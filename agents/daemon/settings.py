@@ -73,6 +73,10 @@ class AgentSettings(BaseSettings):
     )
 
     deployment_secret: SecretStr | None = None
+    host_key_path: Path = Field(
+        default=_STATE_DIR / "host.key",
+        description="this host's own key of its id where no deployment secret is set",
+    )
     machine_id_path: Path = Path("/etc/machine-id")
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
 

@@ -15,6 +15,7 @@ from agents.clock import Clock, SystemClock, elapsed_ms
 from agents.opconfig import OpConfig
 from agents.ops import OP_KINDS, OpKind
 from agents.probe.device import Device
+from agents.probe.redact import redact_error
 from agents.probe.sampling import collect, interleaved, shared_reps
 from agents.probe.settings import ProbeSettings
 from agents.probe.stats import summarize
@@ -395,7 +396,7 @@ class ProbeEngine:
                     Measurement(
                         candidate=slot.candidate,
                         valid=False,
-                        error=slot.error or "not measured",
+                        error=redact_error(slot.error or "not measured"),
                         compile_ms=slot.compile_ms,
                     )
                 )

@@ -11,6 +11,8 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
+from services.profiler_api.auth.cache import RevocationListener, TokenCache
+from services.profiler_api.auth.limits import RateLimiter
 from services.profiler_api.auth.router import router as auth_router
 from services.profiler_api.dashboard.router import router as dashboard_router
 from services.profiler_api.db import (
@@ -23,8 +25,10 @@ from services.profiler_api.db import (
 from services.profiler_api.errors import install_error_handlers
 from services.profiler_api.fleet.retention import PartitionMaintainer
 from services.profiler_api.fleet.router import router as fleet_router
+from services.profiler_api.guard import BodyGuardMiddleware
 from services.profiler_api.ingest.router import router as ingest_router
 from services.profiler_api.metrics import RequestMetricsMiddleware, ServiceMetrics, state_registry
+from services.profiler_api.openapi import build_openapi
 from services.profiler_api.ops.router import router as ops_router
 from services.profiler_api.priors.cache import ChangeListener, PriorAnswerCache
 from services.profiler_api.priors.router import router as priors_router
@@ -75,6 +79,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     gc.collect()
     gc.freeze()  # long-lived startup objects leave the collector's working set
     gc.set_threshold(settings.gc_threshold, 20, 20)
+    if settings.token_cache_ttl_s > 0:
+        RevocationListener(libpq_url(url), app.state.token_cache).start(stop)
     if settings.training_worker:
         TrainingWorker(app.state.session_factory, settings=settings).start(stop)
     log.info("TPS service ready (database %s)", engine.url.render_as_string(hide_password=True))
@@ -101,8 +107,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     model_priors.register()
     cache = PriorAnswerCache(size=settings.priors_cache_size, ttl_s=settings.priors_cache_s)
     app.state.prior_service = PriorService(build_prior_sources(settings), cache=cache)
+    app.state.token_cache = TokenCache(ttl_s=settings.token_cache_ttl_s)
+    app.state.rate_limiter = RateLimiter(
+        rate_per_s=settings.rate_limit_per_s, burst=settings.rate_limit_burst
+    )
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)
+    app.add_middleware(
+        BodyGuardMiddleware, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s
+    )
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
+    app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
     return app

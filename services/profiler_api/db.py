@@ -92,6 +92,7 @@ def make_engine(url: str, settings: Settings) -> Engine:
         sqlalchemy_url(url),
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_max_overflow,
+        pool_timeout=settings.db_pool_timeout_s,
         pool_pre_ping=True,
     )
 

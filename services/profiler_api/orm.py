@@ -65,10 +65,12 @@ class Token(Base):
     """A bearer token; only its SHA-256 is stored."""
 
     __tablename__ = "tokens"
-    __table_args__ = (CheckConstraint("role IN ('agent', 'admin')", name="role"),)
+    __table_args__ = (CheckConstraint("role IN ('agent', 'admin', 'operator')", name="role"),)
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    org_id: Mapped[int] = mapped_column(ForeignKey("organisations.id", ondelete="CASCADE"))
+    org_id: Mapped[int] = mapped_column(
+        ForeignKey("organisations.id", ondelete="CASCADE"), index=True
+    )
     role: Mapped[str] = mapped_column(String(16))
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     name: Mapped[str | None] = mapped_column(String(128))

@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 
 from services.profiler_api.metrics import MULTIPROC_ENV, multiprocess_env
+from services.profiler_api.server import PROTOCOL
 from tps.errors import TPSError
 
 APP_FACTORY = "services.profiler_api.app:create_app"
@@ -89,7 +90,7 @@ def running_service(
     command = [
         sys.executable, "-m", "uvicorn", "--factory", APP_FACTORY,
         "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
-        "--log-level", "warning", "--no-access-log",
+        "--log-level", "warning", "--no-access-log", "--http", PROTOCOL,
     ]  # fmt: skip
     metrics_env = multiprocess_env(workers) if MULTIPROC_ENV not in (env or {}) else {}
     own_metrics_dir = metrics_env.get(MULTIPROC_ENV) if MULTIPROC_ENV not in os.environ else None

@@ -31,8 +31,25 @@ class Settings(BaseSettings):
     )
     data_dir: Path = Field(default_factory=default_data_dir)
     max_body_bytes: int = Field(default=32 * MIB, gt=0, description="after decompression")
+    body_timeout_s: float = Field(
+        default=30.0, gt=0, description="a body still arriving after this is refused (408)"
+    )
+    max_header_bytes: int = Field(
+        default=64 * 1024, ge=1024, description="request line and headers together (else 431)"
+    )
     db_pool_size: int = Field(default=8, gt=0)
     db_max_overflow: int = Field(default=8, ge=0)
+    db_pool_timeout_s: float = Field(
+        default=10.0, gt=0, description="wait for a free connection, then answer 503"
+    )
+    token_cache_ttl_s: float = Field(
+        default=300.0, ge=0, description="how long a replica trusts a token it looked up"
+    )
+    rate_limit_per_s: float = Field(
+        default=1000.0, ge=0, description="requests a second per token and replica (0: no limit)"
+    )
+    rate_limit_burst: int = Field(default=2000, ge=1)
+    max_queued_jobs_per_org: int = Field(default=4, ge=1, description="queued retrains (429)")
     # Observed first: real measurements on this exact hardware beat any prediction.
     prior_sources: list[str] = Field(default_factory=lambda: ["observed", "model", "family"])
     priors_cache_s: float = Field(

@@ -27,7 +27,7 @@ AGENT_ENDPOINTS: list[tuple[str, str, dict[str, Any]]] = [
     ("GET", "/v1/stats", {}),
 ]
 ADMIN_ENDPOINTS: list[tuple[str, str, dict[str, Any]]] = [
-    ("POST", "/v1/tokens", {"json": {"org": "initech", "role": "agent"}}),
+    ("POST", "/v1/tokens", {"json": {"org": "acme", "role": "agent"}}),
 ]
 ALL = AGENT_ENDPOINTS + ADMIN_ENDPOINTS
 
@@ -72,9 +72,10 @@ def test_ops_endpoints_need_no_token(live_service: LiveService) -> None:
 
 def test_an_issued_token_works(live_service: LiveService) -> None:
     with live_service.client(live_service.admin_token) as client:
-        issued = client.post("/v1/tokens", json={"org": "hooli", "role": "agent"}).json()
+        issued = client.post("/v1/tokens", json={"role": "agent"}).json()
+    assert issued["org"] == "acme"
     with live_service.client(issued["token"]) as client:
-        assert client.get("/v1/stats").json()["org_runs"] == 0
+        assert client.get("/v1/stats").status_code == 200
 
 
 def test_cli_token_create_prints_a_working_token(live_service: LiveService) -> None:

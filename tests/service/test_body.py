@@ -38,5 +38,17 @@ def test_exactly_the_limit_is_accepted() -> None:
 
 
 def test_trailing_bytes_after_the_stream_are_rejected() -> None:
-    with pytest.raises(BadRequest, match="trailing"):
+    with pytest.raises(BadRequest, match="not valid gzip"):
         inflate([gzip.compress(b"{}") + b"junk"], encoding="gzip", limit=1024)
+
+
+def test_concatenated_members_are_one_body_split_anywhere() -> None:
+    body = gzip.compress(b'{"a": ') + gzip.compress(b"1}")
+    for cut in range(len(body) + 1):
+        assert inflate([body[:cut], body[cut:]], encoding="gzip", limit=1024) == b'{"a": 1}'
+
+
+def test_a_bomb_split_over_members_is_still_stopped() -> None:
+    member = gzip.compress(b"0" * 3000)
+    with pytest.raises(PayloadTooLarge):
+        inflate([member, member], encoding="gzip", limit=4096)

@@ -96,8 +96,11 @@ def test_bad_admin_input_is_a_clear_4xx(live_service: LiveService) -> None:
         assert admin.get("/v1/admin/jobs/not-a-uuid").status_code == 422
         missing = admin.get("/v1/admin/jobs/00000000-0000-0000-0000-000000000000")
         assert missing.status_code == 404 and "no training job" in missing.json()["detail"]
-        assert admin.post("/v1/models/999999/activate").status_code == 404
-        assert admin.post("/v1/models/0/activate").status_code == 422
+        # Activation serves a model to the whole fleet: an operator's work, not an admin's.
+        assert admin.post("/v1/models/999999/activate").status_code == 403
+    with live_service.client(live_service.operator_token) as operator:
+        assert operator.post("/v1/models/999999/activate").status_code == 404
+        assert operator.post("/v1/models/0/activate").status_code == 422
 
 
 def test_retrain_job_succeeds_and_activates_a_model(
@@ -179,10 +182,10 @@ def test_activate_rolls_back_and_priors_follow(
     second = job["model_version"]
     assert _active(live_service) == second
     served_second = _eventually(live_service, trained["problem"], lambda p: p != served_first)
-    with live_service.client(live_service.admin_token) as admin:
-        rolled = admin.post(f"/v1/models/{first}/activate")
+    with live_service.client(live_service.operator_token) as operator:
+        rolled = operator.post(f"/v1/models/{first}/activate")
         assert rolled.status_code == 200 and rolled.json()["active"]
-        statuses = {m["version"]: m["status"] for m in admin.get("/v1/models").json()}
+        statuses = {m["version"]: m["status"] for m in operator.get("/v1/models").json()}
     assert _active(live_service) == first
     assert statuses[second] == "retired"
     # Each replica checks the active version about once a second, then serves the old model.

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
-import uuid
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -51,8 +49,12 @@ def parse_problem(
 
 
 def cli_host_id() -> str:
-    """A salted hash of this machine; no name or address leaves it."""
-    return hashlib.sha256(f"tps-cli:{uuid.getnode()}".encode()).hexdigest()[:16]
+    """Return this host's id keyed as the daemon's: by the deployment secret when the agent
+    settings have one, else by this host's own random key; never an unkeyed hash."""
+    from agents.daemon.assemble import agent_host_id
+    from agents.daemon.settings import load_settings
+
+    return agent_host_id(load_settings(), require_secret=False)
 
 
 def summary(run: Any) -> dict[str, Any]:

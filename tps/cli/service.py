@@ -40,6 +40,7 @@ DatabaseUrl = Annotated[
 class RoleName(StrEnum):
     agent = "agent"
     admin = "admin"
+    operator = "operator"
 
 
 def _database_url(url: str | None) -> str:
@@ -96,6 +97,7 @@ def serve(
 
     from services.profiler_api import migrate as migrations
     from services.profiler_api.metrics import MULTIPROC_ENV, multiprocess_env
+    from services.profiler_api.server import PROTOCOL
     from services.profiler_api.settings import Settings
 
     check_port_free(host, port)
@@ -126,6 +128,7 @@ def serve(
             workers=workers,
             access_log=False,
             log_level="info" if verbose else "warning",
+            http=PROTOCOL,
         )
     finally:
         if own_metrics_dir:
@@ -235,7 +238,13 @@ def db_maintain(
 
 def token_create(
     org: Annotated[str, typer.Option(help="organisation; created when new")],
-    role: Annotated[RoleName, typer.Option(help="agent: ingest and read; admin: everything")],
+    role: Annotated[
+        RoleName,
+        typer.Option(
+            help="agent: ingest and read; admin: its organisation's tokens, runs and jobs; "
+            "operator: every organisation and model activation (only created here)"
+        ),
+    ],
     name: Annotated[str | None, typer.Option(help="a label for the token")] = None,
     database_url: DatabaseUrl = None,
 ) -> None:
@@ -261,6 +270,56 @@ def token_create(
         engine.dispose()
     notes.print(f"[dim]{role.value} token for {org} (shown once):[/dim]", highlight=False)
     typer.echo(token)
+
+
+def token_list(
+    org: Annotated[str | None, typer.Option(help="only this organisation's tokens")] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """List tokens (id, organisation, role, name, created, revoked); never the tokens."""
+    from rich.table import Table
+    from sqlalchemy.orm import Session
+
+    from services.profiler_api.auth import repository
+    from services.profiler_api.db import make_engine
+    from services.profiler_api.settings import Settings
+
+    engine = make_engine(_database_url(database_url), Settings())
+    try:
+        with Session(engine) as session:
+            rows = repository.list_tokens(session, org=org, limit=100_000)
+    finally:
+        engine.dispose()
+    table = Table("id", "org", "role", "name", "created", "revoked")
+    for row in rows:
+        table.add_row(
+            str(row.id), row.org, row.role, row.name or "", f"{row.created_at:%Y-%m-%d %H:%M}",
+            f"{row.revoked_at:%Y-%m-%d %H:%M}" if row.revoked_at else "",
+        )  # fmt: skip
+    console.print(table)
+
+
+def token_revoke(
+    token_id: Annotated[int, typer.Argument(min=1, help="the id `tps token list` shows")],
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Revoke a token; every running replica refuses it as the revocation commits."""
+    from sqlalchemy.orm import Session
+
+    from services.profiler_api.auth import repository
+    from services.profiler_api.db import make_engine
+    from services.profiler_api.settings import Settings
+
+    engine = make_engine(_database_url(database_url), Settings())
+    try:
+        with Session(engine) as session, session.begin():
+            row = repository.revoke_token(session, token_id, org=None)
+    finally:
+        engine.dispose()
+    if row is None:
+        console.print(f"[red]no token {token_id}")
+        raise typer.Exit(1)
+    console.print(f"token {row.id} ({row.role} of {row.org}) revoked at {row.revoked_at}")
 
 
 def bench_ingest(
@@ -355,6 +414,45 @@ def bench_train(
         console.print_json(data=result)
 
 
+def bench_sustained(
+    database_url: DatabaseUrl = None,
+    duration_s: Annotated[float, typer.Option(min=1, help="seconds at the held rate")] = 600,
+    fraction: Annotated[float, typer.Option(min=0.01, max=1, help="of the maximum")] = 0.5,
+    workers: Annotated[int, typer.Option(min=1, help="service worker processes")] = 2,
+    clients: Annotated[int, typer.Option(min=1, help="concurrent HTTP clients")] = 4,
+) -> None:
+    """Measure the maximum ingest rate, hold half of it for ten minutes; print JSON."""
+    logging.getLogger().setLevel(logging.WARNING)
+    from services.profiler_api.bench_sustained import SustainedConfig, run_sustained_bench
+
+    config = SustainedConfig(
+        duration_s=duration_s, fraction=fraction, workers=workers, clients=clients
+    )
+    typer.echo(json.dumps(run_sustained_bench(_database_url(database_url), config)))
+
+
+def bench_fuzz(
+    database_url: DatabaseUrl = None,
+    max_examples: Annotated[int, typer.Option(min=1, help="cases per operation and phase")] = 300,
+    seed: Annotated[int, typer.Option(help="Schemathesis seed")] = 1,
+    workers: Annotated[int, typer.Option(min=1, help="concurrent fuzzing workers")] = 2,
+    max_time_s: Annotated[
+        int | None, typer.Option(min=1, help="time budget per role, seconds")
+    ] = None,
+) -> None:
+    """Fuzz the API with Schemathesis (every check) as an agent and an admin; print JSON."""
+    logging.getLogger().setLevel(logging.WARNING)
+    from services.profiler_api.fuzz import FuzzConfig, run_api_fuzz, unexplained
+
+    config = FuzzConfig(
+        max_examples=max_examples, seed=seed, workers=workers, max_time_s=max_time_s
+    )
+    result = run_api_fuzz(_database_url(database_url), config)
+    for role in ("agent", "admin"):
+        result[role]["unexplained"] = unexplained(result[role])
+    typer.echo(json.dumps(result))
+
+
 def worker(
     database_url: DatabaseUrl = None,
     once: Annotated[bool, typer.Option(help="run at most one job, then exit")] = False,
@@ -395,6 +493,8 @@ def register(app: typer.Typer) -> None:
     app.add_typer(db_app, name="db")
     token_app = typer.Typer(no_args_is_help=True, help="Manage bearer tokens.")
     token_app.command("create")(token_create)
+    token_app.command("list")(token_list)
+    token_app.command("revoke")(token_revoke)
     app.add_typer(token_app, name="token")
     bench_app.command("ingest")(bench_ingest)
     bench_app.command("priors")(bench_priors)
@@ -403,4 +503,6 @@ def register(app: typer.Typer) -> None:
     bench_app.command("runtime")(bench_runtime)
     bench_app.command("runtime-overhead")(bench_runtime_overhead)
     bench_app.command("train")(bench_train)
+    bench_app.command("fuzz")(bench_fuzz)
+    bench_app.command("sustained")(bench_sustained)
     app.add_typer(bench_app, name="bench")

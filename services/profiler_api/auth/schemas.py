@@ -2,17 +2,34 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from enum import StrEnum
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from services.profiler_api.auth.service import Role
+from tps.bounds import NO_NUL
+
+
+class IssuableRole(StrEnum):
+    """Roles the API issues; an operator token is created only with `tps token create`."""
+
+    AGENT = "agent"
+    ADMIN = "admin"
 
 
 class TokenRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    org: str = Field(min_length=1, max_length=128)
-    role: Role
-    name: str | None = Field(default=None, max_length=128)
+    org: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        pattern=NO_NUL,
+        description="default: the caller's organisation; only an operator names another",
+    )
+    role: IssuableRole
+    name: str | None = Field(default=None, max_length=128, pattern=NO_NUL)
 
 
 class IssuedToken(BaseModel):
@@ -21,3 +38,14 @@ class IssuedToken(BaseModel):
     org: str
     role: Role
     token: str
+
+
+class TokenOut(BaseModel):
+    """A token as listed: never the token itself, nor its hash."""
+
+    id: int
+    org: str
+    role: Role
+    name: str | None
+    created_at: datetime
+    revoked_at: datetime | None

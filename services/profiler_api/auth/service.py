@@ -1,4 +1,8 @@
-"""Bearer tokens per organisation, with a role: agents ingest and read, admins do everything."""
+"""Bearer tokens per organisation, with a role.
+
+Agents ingest and read priors; admins manage their own organisation (tokens, runs, jobs);
+operators, created only from the CLI, do fleet-wide work (any organisation, model activation).
+"""
 
 from __future__ import annotations
 
@@ -13,11 +17,21 @@ from services.profiler_api.auth import repository
 from services.profiler_api.errors import Forbidden, Unauthorized
 
 TOKEN_PREFIX = "tps_"
+MAX_TOKEN_CHARS = 256
 
 
 class Role(StrEnum):
     AGENT = "agent"
     ADMIN = "admin"
+    OPERATOR = "operator"
+
+
+# What each role may also do: an admin acts as an agent of its organisation, an operator as anyone.
+_GRANTS: dict[Role, frozenset[Role]] = {
+    Role.AGENT: frozenset({Role.AGENT}),
+    Role.ADMIN: frozenset({Role.AGENT, Role.ADMIN}),
+    Role.OPERATOR: frozenset(Role),
+}
 
 
 @dataclass(frozen=True)
@@ -27,10 +41,16 @@ class Principal:
     org_id: int
     org_name: str
     role: Role
+    token_hash: str = ""
+
+    @property
+    def fleet_wide(self) -> bool:
+        """Return whether the caller may act on every organisation."""
+        return self.role is Role.OPERATOR
 
     def require(self, *roles: Role) -> Principal:
-        """Return self when the role is one of `roles` (admin always is), else raise Forbidden."""
-        if self.role is Role.ADMIN or self.role in roles:
+        """Return self when the role grants one of `roles`, else raise Forbidden."""
+        if _GRANTS[self.role].intersection(roles):
             return self
         wanted = " or ".join(r.value for r in roles)
         raise Forbidden(f"this needs a token with role {wanted}; yours has role {self.role.value}")
@@ -51,11 +71,25 @@ def create_token(session: Session, *, org: str, role: Role, name: str | None = N
     return token
 
 
-def authenticate(session: Session, token: str | None) -> Principal:
-    """Return the principal a bearer token stands for, or raise Unauthorized."""
+def check_token(token: str | None) -> str:
+    """Return the hash of a well-formed bearer token, or raise Unauthorized."""
     if not token:
         raise Unauthorized("missing bearer token: send 'Authorization: Bearer <token>'")
-    owner = repository.find_owner(session, hash_token(token))
+    if len(token) > MAX_TOKEN_CHARS:
+        raise Unauthorized("invalid or revoked token")
+    return hash_token(token)
+
+
+def lookup(session: Session, token_hash: str) -> Principal:
+    """Return the principal a token hash stands for, or raise Unauthorized."""
+    owner = repository.find_owner(session, token_hash)
     if owner is None:
         raise Unauthorized("invalid or revoked token")
-    return Principal(org_id=owner.org_id, org_name=owner.org_name, role=Role(owner.role))
+    return Principal(
+        org_id=owner.org_id, org_name=owner.org_name, role=Role(owner.role), token_hash=token_hash
+    )
+
+
+def authenticate(session: Session, token: str | None) -> Principal:
+    """Return the principal a bearer token stands for, or raise Unauthorized."""
+    return lookup(session, check_token(token))

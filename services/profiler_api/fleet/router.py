@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from services.profiler_api.bounds import Offset
 from services.profiler_api.deps import AgentDep, SessionDep
 from services.profiler_api.fleet import repository
 from services.profiler_api.fleet.schemas import FleetStats, HardwareEntry
@@ -18,7 +19,7 @@ def list_hardware(
     session: SessionDep,
     _: AgentDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
 ) -> list[HardwareEntry]:
     """List the hardware the fleet has reported, most-probed first."""
     return repository.list_hardware(session, limit=limit, offset=offset)

@@ -50,23 +50,24 @@ async def read_raw(
 
 
 def inflate(chunks: Iterable[bytes], *, encoding: str, limit: int) -> bytes:
-    """Return the decoded body, never holding more than `limit` + 1 inflated bytes."""
+    """Return the decoded body, never holding more than `limit` + 1 inflated bytes.
+
+    Concatenated gzip members (RFC 1952) are one body, as `gzip -d` reads them.
+    """
     if encoding == "identity":
         return b"".join(chunks)
     inflater = zlib.decompressobj(_GZIP_WBITS)
     out = bytearray()
     try:
         for chunk in chunks:
-            if inflater.eof and chunk:
-                raise BadRequest("trailing bytes after the end of the gzip stream")
             data = chunk
             while data:
+                if inflater.eof:  # the next member starts
+                    inflater = zlib.decompressobj(_GZIP_WBITS)
                 out += inflater.decompress(data, limit + 1 - len(out))
                 if len(out) > limit:
                     raise _too_large(limit)
-                data = inflater.unconsumed_tail
-        if inflater.unused_data:
-            raise BadRequest("trailing bytes after the end of the gzip stream")
+                data = inflater.unconsumed_tail or inflater.unused_data
         out += inflater.flush()
     except zlib.error as exc:
         raise BadRequest(f"Content-Encoding gzip but the body is not valid gzip: {exc}") from exc

@@ -14,6 +14,17 @@ from tps.problem import ProblemKey
 from tps.schemas import ProbeRun, ProbeRunBatch
 
 INT4_MAX = 2**31 - 1
+# Run ids are the agents' own: when another organisation already holds one, the run is
+# stored under an id derived from the organisation and the sent id, so that the sender's
+# answer (accepted, then duplicate) never tells it the id exists elsewhere.
+_RUN_ALIASES = uuid.UUID("5b0f2a4e-7c1d-4f3a-9d6b-2e8c1a7f4b90")
+
+
+def org_run_id(org_id: int, run_id: uuid.UUID) -> uuid.UUID:
+    """Return the id that organisation `org_id` stores run `run_id` under on a clash."""
+    return uuid.uuid5(_RUN_ALIASES, f"{org_id}/{run_id}")
+
+
 _SOFTWARE_FIELDS = set(SOFTWARE_FIELDS)  # model_dump_json wants a set
 
 
@@ -138,6 +149,23 @@ class IngestPlan:
                     m.error,
                     m.compile_ms,
                 )
+
+    def aliased(self, run_ids: list[uuid.UUID]) -> IngestPlan:
+        """Return a plan of the runs `run_ids` only, each keyed by its organisation's alias."""
+        plan = IngestPlan(
+            org_id=self.org_id,
+            hardware=self.hardware,
+            problems=self.problems,
+            candidates=self.candidates,
+        )
+        for run_id in run_ids:
+            planned = self.runs[run_id]
+            alias = org_run_id(self.org_id, run_id)
+            row: RunRow = (alias, *planned.row[1:])  # type: ignore[assignment]
+            plan.runs[alias] = PlannedRun(
+                row=row, run=planned.run, candidate_ids=planned.candidate_ids
+            )
+        return plan
 
     def run_rows(self) -> list[RunRow]:
         return [planned.row for planned in self.runs.values()]

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
-from services.profiler_api.auth.service import Principal, Role
+from services.profiler_api.auth.service import Principal
 from services.profiler_api.errors import Gone, NotFound
+from services.profiler_api.ingest.plan import org_run_id
 from services.profiler_api.orm import CandidateRow, Hardware, MeasurementRow, ProbeRunRow, Problem
 from tps.candidate import Candidate
 from tps.hardware import HardwareSpec
@@ -17,22 +19,20 @@ from tps.schemas import Measurement, PriorUse, ProbeRun, Telemetry
 
 
 def load_run(session: Session, run_id: uuid.UUID, *, principal: Principal) -> ProbeRun:
-    """Return run `run_id`; raw runs belong to their organisation (admins see all)."""
-    row = session.execute(
-        select(ProbeRunRow, Hardware.spec, Problem.key)
-        .join(Hardware, Hardware.fingerprint == ProbeRunRow.hardware_id)
-        .join(Problem, Problem.hash == ProbeRunRow.problem_id)
-        .where(ProbeRunRow.run_id == run_id)
-    ).first()
-    if row is None or (principal.role is not Role.ADMIN and row[0].org_id != principal.org_id):
+    """Return run `run_id`; raw runs belong to their organisation (operators see all)."""
+    row = _find(session, run_id)
+    if row is not None and not principal.fleet_wide and row[0].org_id != principal.org_id:
+        row = _find(session, org_run_id(principal.org_id, run_id))  # stored under its alias
+    if row is None or (not principal.fleet_wide and row[0].org_id != principal.org_id):
         raise NotFound(
             f"run_id: no probe run {run_id} visible to organisation {principal.org_name}"
         )
     run, spec, key = row
+    stored_id = run.run_id
     measured = session.execute(
         select(MeasurementRow, CandidateRow.backend, CandidateRow.params)
         .join(CandidateRow, CandidateRow.id == MeasurementRow.candidate_id)
-        .where(MeasurementRow.run_id == run_id, MeasurementRow.received_at == run.received_at)
+        .where(MeasurementRow.run_id == stored_id, MeasurementRow.received_at == run.received_at)
         .order_by(MeasurementRow.ordinal)
     ).all()
     if not measured:
@@ -41,7 +41,7 @@ def load_run(session: Session, run_id: uuid.UUID, *, principal: Principal) -> Pr
             " were dropped by the retention of raw measurements; its aggregates remain"
         )
     return ProbeRun(
-        run_id=run.run_id,
+        run_id=run_id,
         host_id=run.host_id,
         hardware=HardwareSpec.model_validate({**spec, **run.software}),
         problem=ProblemKey.model_validate(key),
@@ -70,3 +70,14 @@ def load_run(session: Session, run_id: uuid.UUID, *, principal: Principal) -> Pr
         source=run.source,
         created_at=run.created_at,
     )
+
+
+def _find(
+    session: Session, run_id: uuid.UUID
+) -> Row[ProbeRunRow, dict[str, Any], dict[str, Any]] | None:
+    return session.execute(
+        select(ProbeRunRow, Hardware.spec, Problem.key)
+        .join(Hardware, Hardware.fingerprint == ProbeRunRow.hardware_id)
+        .join(Problem, Problem.hash == ProbeRunRow.problem_id)
+        .where(ProbeRunRow.run_id == run_id)
+    ).first()

@@ -224,6 +224,17 @@ def insert_runs(conn: psycopg.Connection[Any], rows: Iterable[RunRow]) -> set[uu
     return {row[0] for row in inserted}
 
 
+def runs_of_other_orgs(
+    conn: psycopg.Connection[Any], run_ids: list[uuid.UUID], *, org_id: int
+) -> list[uuid.UUID]:
+    """Return those of `run_ids` that another organisation stored."""
+    rows = conn.execute(
+        "SELECT run_id FROM probe_runs WHERE run_id = ANY(%s) AND org_id <> %s ORDER BY run_id",
+        (run_ids, org_id),
+    ).fetchall()
+    return [row[0] for row in rows]
+
+
 def copy_measurements(conn: psycopg.Connection[Any], rows: Iterable[MeasurementRow]) -> None:
     """Stream measurement rows into their table with one binary COPY."""
     _copy(conn, "measurements", MEASUREMENT_COLUMNS, rows, types=MEASUREMENT_TYPES)

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from typing import Annotated
 
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter, Request
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -77,16 +76,16 @@ async def post_probe_runs(
     principal: AgentDep,
     settings: SettingsDep,
     metrics: MetricsDep,
-    content_encoding: Annotated[str | None, Header()] = None,
 ) -> IngestResult:
-    """Store up to 1000 probe runs; JSON, optionally gzip-encoded (32 MiB once inflated).
+    """Store up to 1000 probe runs; JSON, optionally gzip-encoded (`Content-Encoding: gzip`;
+    concatenated members are one body; 32 MiB once inflated).
 
     The answer names each run's hardware id (fingerprint) and problem hash: the ids that
     GET /v1/priors and GET /v1/probe-runs/{id} take.
     """
     limit = settings.max_body_bytes
     try:
-        encoding = check_encoding(content_encoding)
+        encoding = check_encoding(request.headers.get("content-encoding"))
         chunks = await read_raw(
             request.stream(), limit=limit, content_length=request.headers.get("content-length")
         )

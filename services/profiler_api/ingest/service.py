@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from services.profiler_api.errors import PayloadTooLarge, from_validation_errors
 from services.profiler_api.fleet.repository import count_ingested
 from services.profiler_api.ingest import repository
-from services.profiler_api.ingest.plan import IngestPlan
+from services.profiler_api.ingest.plan import IngestPlan, org_run_id
 from services.profiler_api.metrics import ServiceMetrics
 from services.profiler_api.priors.repository import announce_pairs
 from tps.schemas import MAX_BATCH_RUNS, IngestedRun, IngestResult, ProbeRunBatch
@@ -40,10 +40,24 @@ def store(session: Session, plan: IngestPlan) -> IngestResult:
     accepted = repository.insert_runs(conn, plan.run_rows())
     if accepted:
         repository.copy_measurements(conn, plan.measurement_rows(accepted))
-        repository.add_stats(conn, accepted)
+    measurements = plan.measurement_count(accepted)
+    stored = set(accepted)
+    missed = [run_id for run_id in plan.runs if run_id not in accepted]
+    foreign = repository.runs_of_other_orgs(conn, missed, org_id=plan.org_id) if missed else []
+    if foreign:
+        aliased = plan.aliased(foreign)
+        accepted_aliases = repository.insert_runs(conn, aliased.run_rows())
+        if accepted_aliases:
+            repository.copy_measurements(conn, aliased.measurement_rows(accepted_aliases))
+            measurements += aliased.measurement_count(accepted_aliases)
+            stored |= accepted_aliases
+            accepted |= {
+                run_id for run_id in foreign if org_run_id(plan.org_id, run_id) in accepted_aliases
+            }
+    if stored:
+        repository.add_stats(conn, stored)
         announce_pairs(conn, (plan.runs[run_id].row[3:5] for run_id in accepted))
     duplicates = [run_id for run_id in plan.runs if run_id not in accepted] + plan.repeated
-    measurements = plan.measurement_count(accepted)
     if accepted:
         # Last, so that the counter row is locked for the shortest time before the commit.
         count_ingested(conn, org_id=plan.org_id, runs=len(accepted), measurements=measurements)

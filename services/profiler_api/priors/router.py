@@ -23,6 +23,7 @@ from services.profiler_api.examples import (
 from services.profiler_api.metrics import ServiceMetrics
 from services.profiler_api.priors.service import Answer, PriorService, SessionFactory
 from services.profiler_api.priors.sources import PriorQuery
+from tps.bounds import NO_NUL
 from tps.schemas import Prior, PriorBatch, PriorBatchRequest, PriorRequest
 
 router = APIRouter(prefix="/v1", tags=["priors"])
@@ -115,6 +116,7 @@ async def get_priors(
         Query(
             min_length=1,
             max_length=64,
+            pattern=NO_NUL,
             description="hardware fingerprint, as POST /v1/probe-runs answers it",
             examples=[HARDWARE_ID],
         ),
@@ -124,6 +126,7 @@ async def get_priors(
         Query(
             min_length=1,
             max_length=512,
+            pattern=NO_NUL,
             description="problem hash (as POST /v1/probe-runs answers it) or canonical key",
             examples=[PROBLEM_HASH],
         ),

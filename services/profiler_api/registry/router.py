@@ -6,7 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
-from services.profiler_api.deps import AdminDep, SessionDep
+from services.profiler_api.bounds import Offset
+from services.profiler_api.deps import AdminDep, OperatorDep, SessionDep
 from services.profiler_api.errors import NotFound
 from services.profiler_api.registry import repository
 from services.profiler_api.registry.schemas import ModelVersionOut
@@ -20,7 +21,7 @@ def list_models(
     session: SessionDep,
     _: AdminDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
 ) -> list[ModelVersionOut]:
     """List registered models, newest first, with their held-out metrics (no artifacts)."""
     rows = repository.list_versions(session, limit=limit, offset=offset)
@@ -36,8 +37,9 @@ def get_model(session: SessionDep, _: AdminDep, version: Version) -> ModelVersio
 
 
 @router.post("/{version}/activate", response_model=ModelVersionOut, summary="Serve this model")
-def activate(session: SessionDep, _: AdminDep, version: Version) -> ModelVersionOut:
-    """Make `version` the active model (forward or back); replicas switch within a second."""
+def activate(session: SessionDep, _: OperatorDep, version: Version) -> ModelVersionOut:
+    """Make `version` the active model for the whole fleet (operator only); replicas switch
+    within a second."""
     if not repository.activate(session, version):
         raise NotFound(f"version: no model version {version}")
     row = repository.get_version(session, version)

@@ -23,6 +23,8 @@ from tps.candidate import Candidate
 from tps.hardware import HardwareSpec
 from tps.problem import ProblemKey
 
+_QUEUE_LOCK = 0x7470_7371  # advisory lock class of the per-organisation job queue
+
 
 def create_job(session: Session, *, org_id: int, params: dict[str, Any]) -> TrainingJob:
     """Queue a training job."""
@@ -32,19 +34,44 @@ def create_job(session: Session, *, org_id: int, params: dict[str, Any]) -> Trai
     return job
 
 
-def get_job(session: Session, job_id: uuid.UUID) -> TrainingJob | None:
-    return session.get(TrainingJob, job_id)
+def count_queued(session: Session, *, org_id: int) -> int:
+    """Return the jobs organisation `org_id` has queued, serialising its concurrent retrains.
+
+    The transaction-scoped advisory lock makes count-then-insert whole per organisation.
+    """
+    session.execute(select(func.pg_advisory_xact_lock(_QUEUE_LOCK, org_id)))
+    return session.execute(
+        select(func.count())
+        .select_from(TrainingJob)
+        .where(TrainingJob.requested_by == org_id, TrainingJob.state == "queued")
+    ).scalar_one()
 
 
-def list_jobs(session: Session, *, state: str | None = None, limit: int = 50) -> list[TrainingJob]:
-    """Return the newest jobs first, optionally only those in `state`."""
+def get_job(
+    session: Session, job_id: uuid.UUID, *, org_id: int | None = None
+) -> TrainingJob | None:
+    """Return job `job_id` (only if organisation `org_id` requested it, when given)."""
+    job = session.get(TrainingJob, job_id)
+    if job is None or (org_id is not None and job.requested_by != org_id):
+        return None
+    return job
+
+
+def list_jobs(
+    session: Session, *, state: str | None = None, limit: int = 50, org_id: int | None = None
+) -> list[TrainingJob]:
+    """Return the newest jobs first, optionally only those in `state` or of `org_id`."""
     query = select(TrainingJob).order_by(TrainingJob.requested_at.desc(), TrainingJob.id)
+    if org_id is not None:
+        query = query.where(TrainingJob.requested_by == org_id)
     if state is not None:
         query = query.where(TrainingJob.state == state)
     return list(session.execute(query.limit(limit)).scalars())
 
 
-def cancel_job(session: Session, job_id: uuid.UUID) -> TrainingJob | None:
+def cancel_job(
+    session: Session, job_id: uuid.UUID, *, org_id: int | None = None
+) -> TrainingJob | None:
     """Cancel a queued job; return it, or None when it is not queued (or does not exist).
 
     Row-locked like a claim, so a worker claiming it at this moment wins or loses whole.
@@ -53,6 +80,8 @@ def cancel_job(session: Session, job_id: uuid.UUID) -> TrainingJob | None:
         select(TrainingJob).where(TrainingJob.id == job_id).with_for_update()
     ).scalar_one_or_none()
     if job is None or job.state != "queued":
+        return None
+    if org_id is not None and job.requested_by != org_id:
         return None
     job.state, job.finished_at = "cancelled", func.now()
     session.flush()

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from tps.bounds import NO_NUL, NotText, preview
 from tps.problem import OPS
+
+
+def _known_ops_schema(schema: dict[str, Any]) -> None:
+    schema["enum"] = sorted(OPS)
 
 
 class RetrainParams(BaseModel):
@@ -16,22 +21,32 @@ class RetrainParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    ops: list[str] | None = Field(
-        default=None, min_length=1, description="op families to train (default: every one)"
+    ops: list[Annotated[str, Field(max_length=64, json_schema_extra=_known_ops_schema)]] | None = (
+        Field(
+            default=None,
+            min_length=1,
+            max_length=16,
+            description="op families to train (default: every one)",
+        )
     )
     holdout: str | None = Field(
         default=None,
         max_length=128,
+        pattern=NO_NUL,
         description="hardware held out for evaluation and the quality gate (name or alias); "
         "default: one chosen per op, the same on every run",
     )
-    max_candidates: int | None = Field(
+    max_candidates: Annotated[int, NotText] | None = Field(
         default=1000, ge=10, le=1_000_000, description="per op; a random subset, same on all hw"
     )
-    n_estimators: int = Field(default=100, ge=1, le=5000)
-    seed: int = Field(default=0, ge=0, le=2**31 - 1)
+    n_estimators: Annotated[int, NotText] = Field(default=100, ge=1, le=5000)
+    seed: Annotated[int, NotText] = Field(default=0, ge=0, le=2**31 - 1)
     tolerance: float = Field(
-        default=0.02, ge=0.0, le=1.0, description="how much worse than the active model passes"
+        default=0.02,
+        ge=0.0,
+        le=1.0,
+        strict=True,
+        description="how much worse than the active model passes",
     )
 
     @field_validator("ops")
@@ -39,7 +54,7 @@ class RetrainParams(BaseModel):
     def _known_ops(cls, ops: list[str] | None) -> list[str] | None:
         unknown = [op for op in ops or [] if op not in OPS]
         if unknown:
-            raise ValueError(f"unknown ops {unknown}; known: {sorted(OPS)}")
+            raise ValueError(f"unknown ops {preview(unknown)}; known: {sorted(OPS)}")
         return sorted(set(ops)) if ops else None
 
 

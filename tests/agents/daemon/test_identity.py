@@ -24,3 +24,21 @@ def test_machine_id_falls_back_along_the_paths(tmp_path: Path) -> None:
     second.write_text("feedface\n")
     assert read_machine_id([tmp_path / "missing", empty, second]) == "feedface"
     assert read_machine_id([tmp_path / "missing"]).startswith("node-")
+
+
+def test_the_probe_cli_host_id_is_keyed_and_stable(tmp_path, monkeypatch) -> None:
+    import hashlib
+    import uuid
+
+    from tps.cli.agent_probe import cli_host_id
+
+    monkeypatch.delenv("TPS_AGENT_DEPLOYMENT_SECRET", raising=False)
+    monkeypatch.setenv("TPS_AGENT_HOST_KEY_PATH", str(tmp_path / "host.key"))
+    first = cli_host_id()
+    assert first == cli_host_id()  # the key is kept
+    assert (tmp_path / "host.key").stat().st_mode & 0o077 == 0
+    unkeyed = hashlib.sha256(f"tps-cli:{uuid.getnode()}".encode()).hexdigest()[:16]
+    assert not first.startswith(unkeyed)
+    monkeypatch.setenv("TPS_AGENT_DEPLOYMENT_SECRET", "fleet-secret")
+    keyed = cli_host_id()
+    assert keyed != first and len(keyed) == 64  # as the daemon's: HMAC under the secret

@@ -83,6 +83,20 @@ def agent_token(database_url: str) -> str:
     return token
 
 
+def _token(database_url: str, org: str) -> str:
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import Session
+
+    from services.profiler_api.auth.service import Role, create_token
+
+    engine = create_engine(database_url)
+    try:
+        with Session(engine) as session, session.begin():
+            return create_token(session, org=org, role=Role.AGENT)
+    finally:
+        engine.dispose()
+
+
 @pytest.fixture
 def service(database_url: str, tmp_path: Path) -> Iterator[ServiceProcess]:
     """The service, not yet started: each test decides when it comes up."""
@@ -175,6 +189,67 @@ def run_in_thread(agent: AssembledAgent, stop: threading.Event, *, once: bool) -
 # -- the chaos test ---------------------------------------------------------------------------
 
 
+class OtherOrganisation:
+    """A second organisation's client pushing its own batches through the same chaos.
+
+    It retries each batch until the service answers 200 (a duplicate counts as stored), as
+    any client must; every run it pushed must be stored once, under its organisation.
+    """
+
+    def __init__(self, service: ServiceProcess, token: str, *, batches: int) -> None:
+        from services.profiler_api.synthetic import FleetSimulator
+        from tps.schemas import ProbeRunBatch
+
+        runs = list(FleetSimulator(seed=42).runs(batches * 10, max_measurements=12))
+        self.run_ids = [str(run.run_id) for run in runs]
+        self.bodies = [
+            ProbeRunBatch(runs=runs[i : i + 10]).model_dump_json().encode()
+            for i in range(0, len(runs), 10)
+        ]
+        self.service = service
+        self.token = token
+        self.retries = 0
+        self.failures: list[BaseException] = []
+
+    def push_all(self, *, pace_s: float, deadline_s: float = 300.0) -> None:
+        deadline = time.monotonic() + deadline_s
+        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
+        try:
+            for body in self.bodies:
+                while True:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError("the other organisation's pushes never got through")
+                    try:
+                        response = httpx.post(
+                            f"{self.service.url}/v1/probe-runs",
+                            content=body,
+                            headers=headers,
+                            timeout=30,
+                        )
+                        if response.status_code == 200:
+                            break
+                        assert response.status_code == 503, response.text
+                    except httpx.TransportError:
+                        pass
+                    self.retries += 1
+                    time.sleep(0.2)
+                time.sleep(pace_s)
+        except BaseException as exc:  # reported by the test thread
+            self.failures.append(exc)
+
+
+def stored_org_runs(database_url: str, org: str) -> Counter[str]:
+    from services.profiler_api.db import libpq_url
+
+    with psycopg.connect(libpq_url(database_url)) as conn:
+        rows = conn.execute(
+            "SELECT r.run_id FROM probe_runs r JOIN organisations o ON o.id = r.org_id "
+            "WHERE o.name = %s",
+            (org,),
+        )
+        return Counter(str(row[0]) for row in rows)
+
+
 class LosingTransport(httpx.BaseTransport):
     """The real transport; on request, it loses the answer to one push after the service stored it.
 
@@ -220,7 +295,8 @@ def test_chaos_every_run_arrives_exactly_once(
     """2,000 runs while the service is SIGKILLed 4 times and Postgres restarts once.
 
     Two of the kills land after the service stored a batch and before the agent heard so:
-    the agent must resend it, and the service must not store it twice.
+    the agent must resend it, and the service must not store it twice. A second
+    organisation pushes its own batches all along; its runs too are stored once each.
     """
     total = 2000
     started = time.monotonic()
@@ -264,14 +340,22 @@ def test_chaos_every_run_arrives_exactly_once(
         except BaseException as exc:  # reported by the test thread
             failures.append(exc)
 
+    other = OtherOrganisation(service, _token(database_url, "other-org"), batches=60)
+    other_thread = threading.Thread(target=other.push_all, kwargs={"pace_s": 0.5})
     chaos_thread = threading.Thread(target=chaos_guarded)
     chaos_thread.start()
+    other_thread.start()
     try:
         agent.daemon.run(threading.Event(), once=True)  # returns when all is probed and pushed
     finally:
         chaos_thread.join(timeout=120)
+        other_thread.join(timeout=300)
         agent.close()
     assert not failures, failures
+    assert not other.failures, other.failures
+    other_stored = stored_org_runs(database_url, "other-org")
+    assert sorted(other_stored) == sorted(other.run_ids)
+    assert set(other_stored.values()) == {1}
 
     produced = recorder.ids
     stored = stored_run_ids(database_url)
@@ -287,6 +371,7 @@ def test_chaos_every_run_arrives_exactly_once(
     duplicated = {run_id: n for run_id, n in stored.items() if n > 1}
     assert not duplicated
     missing, unexpected = set(produced) - set(stored), set(stored) - set(produced)
+    unexpected -= set(other.run_ids)
     assert not missing and not unexpected, f"missing {len(missing)}, unexpected {len(unexpected)}"
     # The lost answers were really resent, and the service recognised them.
     assert transport.lost_runs > 0 and resent is not None and resent >= transport.lost_runs
@@ -294,7 +379,8 @@ def test_chaos_every_run_arrives_exactly_once(
     assert (status.spool_depth, status.dropped, status.quarantined) == (0, 0, 0)
     assert status.pushed >= total
     # Every run's measurements arrived once, whatever was resent.
-    assert len(stored_measurements(database_url)) == total
+    assert len(stored_measurements(database_url)) == total + len(other.run_ids)
+    print(f"chaos: the other organisation retried {other.retries} pushes")
 
 
 # -- the other failure modes ------------------------------------------------------------------
