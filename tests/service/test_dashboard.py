@@ -392,7 +392,7 @@ def test_a_refused_token_asks_again(fleet: Fleet, browser: Any) -> None:
     page.fill("#token", "tps_revoked-or-mistyped")
     page.click("button[type=submit]")
     page.wait_for_function(
-        "document.getElementById('token-error')?.textContent.length > 0", timeout=60_000
+        "() => document.getElementById('token-error')?.textContent.length > 0", timeout=60_000
     )
     assert "invalid or revoked token" in page.locator("#token-error").inner_text()
     assert page.locator("#token-form").is_visible()
