@@ -2,9 +2,12 @@
 
 Leave-one-GPU-out showed that no single source wins everywhere: copying the nearest device's
 measured ranking is hard to beat when that device is very like the new one (same vendor, close
-spec), and the model does better when nothing is close. The policy leads with the source that
-should win and interleaves the others behind it, so that the first few probes cover each
-source's best guess (score@5 becomes the best of their top picks).
+spec), and the model does better when nothing is close. A policy leads with one source and
+interleaves the others behind it, so that the first few probes cover each source's best guess
+(score@5 becomes the best of their top picks), or serves one source alone.
+
+`CANDIDATE_POLICIES` are the policies that `models.selection` chooses among, per op, by
+leave-one-hardware-out on the training data only.
 """
 
 from __future__ import annotations
@@ -19,31 +22,62 @@ from tps.hardware import HardwareSpec
 from tps.problem import ProblemKey
 
 SOURCES = ("model", "nearest", "consensus")
+LEADS = ("auto", "nearest", "model")
 
 
 @dataclass(frozen=True)
 class BlendPolicy:
-    """Lead with the nearest device's ranking when its spec distance is at most
-    `near_distance` and it measured at least `min_coverage` of the candidates being ranked,
-    else with the model's; interleave the rest round-robin.
+    """Lead with one source's ranking and interleave the rest round-robin (or serve it alone).
 
-    Coverage matters where candidate lists differ per device (cuBLASLt's heuristic offers
-    other algorithms at another SM count): a copied ranking puts every candidate its device
-    never ran last, and the winner is often among them.
+    `lead="auto"` leads with the nearest device's ranking when its spec distance is at most
+    `near_distance`, else with the model's. A nearest device that measured less than
+    `min_coverage` of the candidates being ranked never leads: where candidate lists differ
+    per device (cuBLASLt's heuristic offers other algorithms at another SM count), a copied
+    ranking puts every candidate its device never ran last, and the winner is often among them.
     """
 
     near_distance: float = 2.0
     min_coverage: float = 0.9
     interleave: bool = True
+    lead: str = "auto"
+
+    @property
+    def name(self) -> str:
+        """Return the policy's short name (`nearest`, `model+nearest`, `auto`, ...)."""
+        if self.lead == "auto":
+            return "auto" if self.interleave else "auto-alone"
+        other = "model" if self.lead == "nearest" else "nearest"
+        return f"{self.lead}+{other}" if self.interleave else self.lead
 
     def source_order(self, distance: float | None, coverage: float = 1.0) -> tuple[str, ...]:
-        if distance is not None and distance <= self.near_distance:
-            if coverage >= self.min_coverage:
-                return ("nearest", "model", "consensus")
+        lead = self.lead
+        if lead == "auto":
+            near = distance is not None and distance <= self.near_distance
+            lead = "nearest" if near else "model"
+        if lead == "nearest" and coverage < self.min_coverage:
+            lead = "model"
+        if lead == "nearest":
+            return ("nearest", "model", "consensus")
         return ("model", "nearest", "consensus")
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "near_distance": self.near_distance,
+            "min_coverage": self.min_coverage,
+            "interleave": self.interleave,
+            "lead": self.lead,
+        }
 
 
 DEFAULT_POLICY = BlendPolicy()
+# What selection chooses among, the most conservative first (it wins ties).
+CANDIDATE_POLICIES = (
+    BlendPolicy(lead="nearest", interleave=False),
+    BlendPolicy(lead="nearest"),
+    BlendPolicy(lead="auto"),
+    BlendPolicy(lead="model"),
+    BlendPolicy(lead="model", interleave=False),
+)
 
 
 def interleave(orders: list[np.ndarray], limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:

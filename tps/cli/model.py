@@ -127,10 +127,51 @@ def write_jsonl(runs: list[ProbeRun], path: Path) -> None:
             out.write(run.model_dump_json() + "\n")
 
 
+def hardware_fields(spec_file: Path | None, fields: list[str]) -> dict[str, object]:
+    """Return spec fields from a JSON file and `key=value` options (the options win)."""
+    given: dict[str, object] = {}
+    if spec_file is not None:
+        try:
+            doc = json.loads(spec_file.read_text())
+        except (OSError, ValueError) as exc:
+            raise typer.BadParameter(f"--hardware-spec {spec_file}: {exc}") from exc
+        if not isinstance(doc, dict):
+            raise typer.BadParameter(f"--hardware-spec {spec_file}: not a JSON object")
+        given.update(doc)
+    for field in fields:
+        key, sep, value = field.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"--hardware {field!r}: expected FIELD=VALUE")
+        try:
+            given[key.strip()] = json.loads(value)
+        except ValueError:
+            given[key.strip()] = value  # a bare string: a name, an arch
+    return given
+
+
 def import_kernel_tuner(
     files: Annotated[list[Path], typer.Argument(help="Kernel Tuner cache files or directories")],
     device: Annotated[
         str | None, typer.Option(help="device name for every file (default: header, else stem)")
+    ] = None,
+    hardware_spec: Annotated[
+        Path | None,
+        typer.Option(
+            help="JSON file of HardwareSpec fields (all or some) for a device the catalog "
+            "lacks; fields not given are guessed from the most similar catalog entry"
+        ),
+    ] = None,
+    hardware: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="a HardwareSpec field as FIELD=VALUE (compute_units=84); repeat for several"
+        ),
+    ] = None,
+    kernel: Annotated[
+        str | None, typer.Option(help="kernel name (needed for T4 files, which name none)")
+    ] = None,
+    problem_size: Annotated[
+        str | None, typer.Option(help="problem size such as 4096x4096 (T4 files record none)")
     ] = None,
     push: Annotated[
         str | None, typer.Option(help="service base URL to POST /v1/probe-runs to")
@@ -148,26 +189,44 @@ def import_kernel_tuner(
         Path | None, typer.Option(help="also write the runs as ProbeRun JSON Lines (.jsonl.gz)")
     ] = None,
 ) -> None:
-    """Convert Kernel Tuner cache files into probe runs, and push or store them."""
-    from models.kernel_tuner import import_file
+    """Convert Kernel Tuner files (cache or T4) of any kernel into probe runs; push or store them.
+
+    A device the catalog lacks takes its spec from --hardware-spec / --hardware, and the
+    fields neither gives are guessed; the table says which.
+    """
+    from pydantic import ValidationError
+
+    from models.kernel_tuner import import_cache
     from models.sources import KERNEL_TUNER_SUFFIXES, data_files
+    from tps.errors import TPSError
 
     if push and not token:
         raise typer.BadParameter("--push needs --token (or TPS_TOKEN)")
+    given = hardware_fields(hardware_spec, hardware or [])
     paths = [p for p in data_files(files) if p.name.endswith(KERNEL_TUNER_SUFFIXES)]
-    runs = [import_file(p, device=device) for p in paths]
-    table = Table("file", "device", "problem", "configs", "failed", "run id")
-    for path, run in zip(paths, runs, strict=True):
+    try:
+        imported = [
+            import_cache(p, device=device, hardware=given, kernel=kernel, problem_size=problem_size)
+            for p in paths
+        ]
+    except (TPSError, ValidationError) as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    table = Table("file", "device", "problem", "configs", "failed", "guessed spec fields", "run id")
+    for item in imported:
+        run = item.run
         failed = sum(not m.valid for m in run.measurements)
+        guessed = item.hardware.guessed
         table.add_row(
-            path.name,
+            item.path.name,
             run.hardware.name,
             run.problem.canonical(),
             str(len(run.measurements)),
             str(failed),
+            f"{', '.join(guessed)} (from {item.hardware.basis})" if guessed else "-",
             str(run.run_id),
         )
     console.print(table)
+    runs = [item.run for item in imported]
     if out:
         write_jsonl(runs, out)
         console.print(f"wrote {len(runs)} runs to {out}")

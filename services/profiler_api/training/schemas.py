@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from tps.problem import OPS
+from tps.problem import op_spec
 
 
 class RetrainParams(BaseModel):
@@ -36,10 +36,9 @@ class RetrainParams(BaseModel):
 
     @field_validator("ops")
     @classmethod
-    def _known_ops(cls, ops: list[str] | None) -> list[str] | None:
-        unknown = [op for op in ops or [] if op not in OPS]
-        if unknown:
-            raise ValueError(f"unknown ops {unknown}; known: {sorted(OPS)}")
+    def _valid_op_names(cls, ops: list[str] | None) -> list[str] | None:
+        for op in ops or []:
+            op_spec(op)  # built in, or a valid name of a user-defined op
         return sorted(set(ops)) if ops else None
 
 
