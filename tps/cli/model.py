@@ -226,6 +226,9 @@ def import_kernel_tuner(
             str(run.run_id),
         )
     console.print(table)
+    for item in imported:
+        if item.hardware.guessed:
+            console.print(f"{item.path.name}: {item.hardware.describe()}", soft_wrap=True)
     runs = [item.run for item in imported]
     if out:
         write_jsonl(runs, out)
