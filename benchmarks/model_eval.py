@@ -32,7 +32,8 @@ def machine() -> str:
 
 
 def run_evaluate(data: Path, plot: Path) -> tuple[dict, list[str], float]:
-    command = [TPS, "evaluate", "--data", str(data), "--all", "--json", "--plot", str(plot)]
+    command = [TPS, "evaluate", "--data", str(data), "--all", "--json", "--threads", "1"]
+    command += ["--plot", str(plot)]
     started = time.perf_counter()
     out = subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO)
     return json.loads(out.stdout), command, time.perf_counter() - started
@@ -77,20 +78,40 @@ def table(reports: list[dict]) -> str:
 
 def summary_table(summary: list[dict]) -> str:
     lines = [
-        "| op | source | mean score@1 | mean score@5 | mean probes to 3% "
-        "| holdouts ≥ nearest (s@1) |",
-        "|---|---|---|---|---|---|",
+        "| op | source | mean score@1 | mean score@5 | mean probes to 3% | probes / space "
+        "| median APE | holdouts ≥ nearest (s@1, s@5) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for s in summary:
         for source in SOURCES:
-            wins = s.get(f"{source}.holdouts_at_least_nearest_s1")
-            won = "-" if wins is None else f"{wins}/{s['holdouts']}"
+            wins = [s.get(f"{source}.holdouts_at_least_nearest_{m}") for m in ("s1", "s5")]
+            won = "-" if None in wins else f"{wins[0]}/{s['holdouts']}, {wins[1]}/{s['holdouts']}"
             lines.append(
                 f"| {s['op']} | {source} | {fmt(s.get(f'{source}.score_at_1'))} | "
                 f"{fmt(s.get(f'{source}.score_at_5'))} | "
                 f"{fmt(s.get(f'{source}.probes_to_3pct'))} | "
-                f"{won} |"
+                f"{fmt(s.get(f'{source}.probes_to_3pct_share'))} | "
+                f"{fmt(s.get(f'{source}.median_ape'))} | {won} |"
             )
+    return "\n".join(lines)
+
+
+def policy_table(reports: list[dict]) -> str:
+    """Per holdout: the policy chosen on the training hardware, its figures, and calibration."""
+    lines = [
+        "| op | held out | chosen policy | served s@1 / s@5 | nearest s@1 / s@5 "
+        "| served probes (share) | within 3% in 5% of space | Brier (base rate) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in reports:
+        p, n, c = r["policy"], r["baseline_nearest"], r["calibration"]
+        lines.append(
+            f"| {r['op']} | {r['holdout']} | {p['name']} | {fmt(p['score_at_1'])} / "
+            f"{fmt(p['score_at_5'])} | {fmt(n.get('score_at_1'))} / {fmt(n.get('score_at_5'))} "
+            f"| {fmt(p['probes_to_3pct'])} ({fmt(p['probes_to_3pct_share'])}) "
+            f"| {fmt(p['within_3pct_in_5pct_of_space'])} "
+            f"| {fmt(c.get('brier'))} ({fmt(c.get('brier_base_rate'))}) |"
+        )
     return "\n".join(lines)
 
 
@@ -118,6 +139,7 @@ def evaluate(name: str, data: Path, out: Path, plot: Path, extra: dict | None = 
     out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"## {name}\n\n`{doc['command']}` ({doc['machine']}, {doc['date']}, {wall:.0f} s)\n")
     print(summary_table(payload["summary"]) + "\n")
+    print(policy_table(payload["reports"]) + "\n")
     print(table(payload["reports"]) + "\n")
     if extra:
         print(json.dumps(extra, indent=1))

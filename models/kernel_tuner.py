@@ -217,14 +217,16 @@ def _cache_measurements(doc: dict[str, Any]) -> tuple[list[Measurement], list[di
 
 
 def _t4_measurements(doc: dict[str, Any]) -> tuple[list[Measurement], list[dict[str, Any]]]:
-    metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    metadata = doc.get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
     unit = str(metadata.get("timeunit") or "milliseconds").lower()
     if unit not in _US_PER_UNIT:
         raise KernelTunerImportError(f"T4 metadata.timeunit {unit!r} is not a unit of time")
     records = [r for r in doc["results"] if isinstance(r, dict)]
     measurements = []
     for record in records:
-        times = record.get("times") if isinstance(record.get("times"), dict) else {}
+        times = record.get("times")
+        times = times if isinstance(times, dict) else {}
         by_name = {
             m.get("name"): m.get("value")
             for m in record.get("measurements") or []

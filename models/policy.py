@@ -40,14 +40,17 @@ class BlendPolicy:
     min_coverage: float = 0.9
     interleave: bool = True
     lead: str = "auto"
+    # How many of the lead source's picks come before the others get a turn.
+    lead_run: int = 1
 
     @property
     def name(self) -> str:
-        """Return the policy's short name (`nearest`, `model+nearest`, `auto`, ...)."""
+        """Return the policy's short name (`nearest`, `nearest*4+model`, `auto`, ...)."""
+        run = f"*{self.lead_run}" if self.lead_run > 1 else ""
         if self.lead == "auto":
-            return "auto" if self.interleave else "auto-alone"
+            return f"auto{run}" if self.interleave else "auto-alone"
         other = "model" if self.lead == "nearest" else "nearest"
-        return f"{self.lead}+{other}" if self.interleave else self.lead
+        return f"{self.lead}{run}+{other}" if self.interleave else self.lead
 
     def source_order(self, distance: float | None, coverage: float = 1.0) -> tuple[str, ...]:
         lead = self.lead
@@ -66,6 +69,7 @@ class BlendPolicy:
             "min_coverage": self.min_coverage,
             "interleave": self.interleave,
             "lead": self.lead,
+            "lead_run": self.lead_run,
         }
 
 
@@ -73,6 +77,8 @@ DEFAULT_POLICY = BlendPolicy()
 # What selection chooses among, the most conservative first (it wins ties).
 CANDIDATE_POLICIES = (
     BlendPolicy(lead="nearest", interleave=False),
+    BlendPolicy(lead="nearest", lead_run=4),
+    BlendPolicy(lead="nearest", lead_run=2),
     BlendPolicy(lead="nearest"),
     BlendPolicy(lead="auto"),
     BlendPolicy(lead="model"),
@@ -80,10 +86,13 @@ CANDIDATE_POLICIES = (
 )
 
 
-def interleave(orders: list[np.ndarray], limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def interleave(
+    orders: list[np.ndarray], limit: int | None = None, *, lead_run: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
     """Merge orders round-robin without repeats; return (order, index of the source of each).
 
-    With `limit`, stop after that many entries.
+    The first order gives its first `lead_run` entries before the others get a turn. With
+    `limit`, stop after that many entries.
     """
     n = max((len(o) for o in orders), default=0)
     wanted = n if limit is None else min(limit, n)
@@ -91,17 +100,20 @@ def interleave(orders: list[np.ndarray], limit: int | None = None) -> tuple[np.n
     merged: list[int] = []
     source: list[int] = []
     cursors = [0] * len(orders)
+    turns = [max(lead_run, 1)] + [1] * (len(orders) - 1)
     while len(merged) < wanted:
         progressed = False
         for i, order in enumerate(orders):
-            while cursors[i] < len(order) and seen[order[cursors[i]]]:
-                cursors[i] += 1
-            if cursors[i] < len(order) and len(merged) < wanted:
-                pick = int(order[cursors[i]])
-                seen[pick] = True
-                merged.append(pick)
-                source.append(i)
-                progressed = True
+            for _ in range(turns[i]):
+                while cursors[i] < len(order) and seen[order[cursors[i]]]:
+                    cursors[i] += 1
+                if cursors[i] < len(order) and len(merged) < wanted:
+                    pick = int(order[cursors[i]])
+                    seen[pick] = True
+                    merged.append(pick)
+                    source.append(i)
+                    progressed = True
+        turns[0] = 1
         if not progressed:
             break
     return np.array(merged, dtype=int), np.array(source, dtype=int)
@@ -167,5 +179,5 @@ def blended_order(
     names = [s for s in lead if s in rankings.orders]
     if not policy.interleave:
         names = names[:1]
-    order, source = interleave([rankings.orders[s] for s in names], limit)
+    order, source = interleave([rankings.orders[s] for s in names], limit, lead_run=policy.lead_run)
     return order, [names[i] for i in source]

@@ -64,7 +64,7 @@ def rank(
     n = len(candidates)
     if observed is not None:
         order = observed[:limit] if limit else observed
-        sources, confidence = ["observed"] * len(order), 1.0
+        sources, confidence = ["observed"] * len(order), np.ones(len(order))
     else:
         choice = bundle.policy_for(problem.op)
         if policy is None:

@@ -32,12 +32,26 @@ def test_import_writes_probe_runs(tmp_path: Path, kernel_tuner_dir: Path) -> Non
 
 def test_evaluate_prints_json_for_a_holdout(runs_file: Path) -> None:
     result = runner.invoke(
-        app, ["evaluate", "--data", str(runs_file), "--holdout", "A4000", "--json"]
+        app,
+        ["evaluate", "--data", str(runs_file), "--holdout", "A4000", "--json"]
+        + ["--n-estimators", "20", "--threads", "1"],
     )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["holdout"] == "NVIDIA RTX A4000" and report["op"] == "convolution"
     assert set(report) >= {"n_candidates", "model", "baseline_nearest", "baseline_random"}
+    for ranking in ("model", "policy", "baseline_nearest", "baseline_random"):
+        for metric in ("score_at_1", "score_at_5", "probes_to_3pct", "median_ape"):
+            assert metric in report[ranking], (ranking, metric)
+    assert 0.0 <= report["calibration"]["brier"] <= 1.0
+    assert (
+        sum(row["rows"] for row in report["calibration"]["table"])
+        == (report["calibration"]["rows"])
+    )
+    # The served policy was chosen on the three training GPUs alone.
+    folds = report["policy_choice"]["folds"]
+    assert len(folds) == 3 and "NVIDIA RTX A4000" not in {f["holdout"] for f in folds}
+    assert report["policy"]["name"] == report["policy_choice"]["name"]
 
 
 def test_evaluate_refuses_an_unknown_holdout(runs_file: Path) -> None:
@@ -48,7 +62,20 @@ def test_evaluate_refuses_an_unknown_holdout(runs_file: Path) -> None:
 
 def test_train_writes_a_loadable_artifact(tmp_path: Path, runs_file: Path) -> None:
     out = tmp_path / "model.tpsm"
-    result = runner.invoke(app, ["train", "--data", str(runs_file), "--out", str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "train",
+            "--data",
+            str(runs_file),
+            "--out",
+            str(out),
+            "--n-estimators",
+            "20",
+            "--threads",
+            "1",
+        ],
+    )
     assert result.exit_code == 0, result.output
     artifact = out.read_bytes()
     assert checksum(artifact) in result.output.replace("\n", "")

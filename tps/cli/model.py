@@ -36,6 +36,16 @@ DataPaths = Annotated[
     ),
 ]
 Seed = Annotated[int, typer.Option(help="seed of the model, the families and the baselines")]
+Threads = Annotated[
+    int | None,
+    typer.Option(min=1, help="LightGBM threads (1 is fastest on a box other jobs share)"),
+]
+
+
+def model_params(n_estimators: int | None, threads: int | None) -> dict[str, int] | None:
+    """Return the LatencyModel parameters the options set (None: the model's defaults)."""
+    params = {"n_estimators": n_estimators, "n_jobs": threads}
+    return {k: v for k, v in params.items() if v is not None} or None
 
 
 def _batches(runs: list[ProbeRun]) -> list[bytes]:
@@ -292,9 +302,18 @@ def evaluate(
     op: Annotated[str | None, typer.Option(help="only this op family")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
     plot: Annotated[Path | None, typer.Option(help="write a PNG of score@k, k = 1..20")] = None,
+    n_estimators: Annotated[
+        int | None, typer.Option(min=1, help="trees per booster (default: the model's)")
+    ] = None,
+    threads: Threads = None,
     seed: Seed = 0,
 ) -> None:
-    """Train without the held-out hardware and rank every candidate for it."""
+    """Train without the held-out hardware and rank every candidate for it.
+
+    The served policy is chosen by leave-one-out over the training hardware only (nested);
+    the report gives the model, the served policy, the nearest-device and random baselines,
+    and the served confidence's Brier score and reliability table.
+    """
     from models.dataset import TuningData
     from models.evaluation import evaluate_holdout, leave_one_out, summarise
     from models.plots import plot_score_at_k
@@ -306,10 +325,14 @@ def evaluate(
     ops = [op] if op else tuning.ops
     if op and op not in tuning.ops:
         raise typer.BadParameter(f"no data for op {op!r}; found {tuning.ops}")
+    params = model_params(n_estimators, threads)
     if all_holdouts:
-        reports = leave_one_out(tuning, ops=ops, seed=seed)
+        reports = leave_one_out(tuning, ops=ops, seed=seed, model_params=params)
     else:
-        reports = [evaluate_holdout(tuning, holdout or "", op=o, seed=seed) for o in ops]
+        reports = [
+            evaluate_holdout(tuning, holdout or "", op=o, seed=seed, model_params=params)
+            for o in ops
+        ]
     if plot:
         plot_score_at_k(reports, plot)
     if as_json:
@@ -332,6 +355,10 @@ def train(
     dask_scheduler: Annotated[
         str | None, typer.Option(help="Dask scheduler address: train on the cluster")
     ] = None,
+    n_estimators: Annotated[
+        int | None, typer.Option(min=1, help="trees per booster (default: the model's)")
+    ] = None,
+    threads: Threads = None,
     seed: Seed = 0,
 ) -> None:
     """Train one model per op family and write the artifact (prints its checksum)."""
@@ -346,7 +373,8 @@ def train(
 
         client = Client(dask_scheduler)
     try:
-        bundle = train_bundle(tuning, seed=seed, client=client)
+        params = model_params(n_estimators, threads)
+        bundle = train_bundle(tuning, seed=seed, client=client, model_params=params)
     finally:
         if client is not None:
             client.close()

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from models.bundle import ModelBundle
 from models.dataset import TuningData
 from models.evaluation import evaluate_group
+from models.policy import DEFAULT_POLICY
 from models.plots import plot_score_at_k
 from services.profiler_api.auth.service import Role
 from services.profiler_api.db import make_engine
@@ -138,7 +139,9 @@ class ModelDemo:
             rows = data.frame[(data.frame["op"] == op)]
             # The served universe: the configurations the model was trained to rank.
             group = rows[rows["candidate_id"].isin(model.candidates_)].reset_index(drop=True)
-            result = evaluate_group(model, data, group)
+            choice = bundle.policy_for(op)
+            served = choice.policy if choice is not None else DEFAULT_POLICY
+            result = evaluate_group(model, data, group, policy=served, choice=choice)
             reports.append(
                 {
                     "op": op,
