@@ -18,8 +18,8 @@ from sqlalchemy.orm import Session
 from models.bundle import ModelBundle
 from models.dataset import TuningData
 from models.evaluation import evaluate_group
-from models.policy import DEFAULT_POLICY
 from models.plots import plot_score_at_k
+from models.policy import DEFAULT_POLICY
 from services.profiler_api.auth.service import Role
 from services.profiler_api.db import make_engine
 from services.profiler_api.demo import DemoContext, DemoStep
