@@ -6,6 +6,7 @@ reports to benchmarks/results/model_*.json, a score@k plot per dataset, and prin
 Markdown tables.
 
     .venv/bin/python benchmarks/model_eval.py [--kernel-tuner DIR] [--gemm DIR] [--skip-gemm]
+        [--skip-kernel-tuner] [--families]
 """
 
 from __future__ import annotations
@@ -153,15 +154,17 @@ def main() -> None:
     parser.add_argument("--gemm", type=Path, default=REPO / "benchmarks" / "data")
     parser.add_argument("--skip-gemm", action="store_true")
     parser.add_argument("--skip-kernel-tuner", action="store_true")
+    parser.add_argument("--families", action="store_true", help="also the GEMM shape families")
     args = parser.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     if not args.skip_kernel_tuner:
-        evaluate(
-            "Kernel Tuner, leave-one-GPU-out",
-            args.kernel_tuner,
-            RESULTS / "model_loo.json",
-            RESULTS / "model_score_at_k.png",
-        )
+        for kernel in ("convolution", "dedispersion"):
+            evaluate(
+                f"Kernel Tuner {kernel}, leave-one-GPU-out",
+                args.kernel_tuner / f"{kernel}_milo",
+                RESULTS / f"model_loo_{kernel}.json",
+                RESULTS / f"model_score_at_k_{kernel}.png",
+            )
     gemm_files = sorted(args.gemm.glob("*.jsonl*")) if args.gemm.is_dir() else []
     if not args.skip_gemm and gemm_files:
         evaluate(
@@ -169,7 +172,7 @@ def main() -> None:
             args.gemm,
             RESULTS / "model_gemm_loco.json",
             RESULTS / "model_gemm_score_at_k.png",
-            extra={"families": gemm_families(args.gemm)},
+            extra={"families": gemm_families(args.gemm)} if args.families else None,
         )
 
 
