@@ -25,6 +25,7 @@ What the service calls (none of it imports the service):
   `source` is one of tps.schemas.PriorSource (observed, model, nearest, family); the op's
   policy (models.policy.BlendPolicy, chosen when the bundle was trained) decides the order,
   `confidence` is the calibrated P(within 3% of the best) (models.calibration), and
-  `models.priors.rationale(...)` says why when the order is not that of predicted_us. `bundle.candidate_universe(op)`
-  lists the candidates known per op; `models.priors.family_winners(...)` the shape family's.
+  `models.priors.rationale(...)` says why when the order is not that of predicted_us.
+  `bundle.candidate_universe(op)` lists the candidates known per op;
+  `models.priors.family_winners(...)` the shape family's.
 """

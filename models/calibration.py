@@ -18,7 +18,14 @@ from sklearn.metrics import brier_score_loss
 
 # Candidates past this position of the served order are not what priors serve.
 CALIBRATION_TOP = 32
-FEATURES = ("log_position", "nearest_distance", "model_score", "nearest_log_rel")
+FEATURES = (
+    "log_position",
+    "nearest_distance",
+    "model_score",
+    "nearest_log_rel",
+    "nearest_flat",
+)
+NEAR_LOG_REL = float(np.log1p(0.03))
 MAX_DISTANCE = 8.0
 MISSING_LOG_REL = 3.0  # a candidate the nearest device never ran: as if it failed there
 
@@ -29,8 +36,13 @@ def calibration_features(
     nearest_distance: float | None,
     model_score: np.ndarray,
     nearest_log_rel: np.ndarray | None,
+    nearest_flat: float = 0.0,
 ) -> np.ndarray:
-    """Return one row of FEATURES per served candidate."""
+    """Return one row of FEATURES per served candidate.
+
+    `nearest_flat` is the share of all the candidates within 3% of the best on the nearest
+    device: where many are, whatever is served first is likely near the best too.
+    """
     n = len(positions)
     distance = MAX_DISTANCE if nearest_distance is None else min(nearest_distance, MAX_DISTANCE)
     rel = np.full(n, MISSING_LOG_REL) if nearest_log_rel is None else np.asarray(nearest_log_rel)
@@ -41,8 +53,16 @@ def calibration_features(
             np.full(n, distance),
             np.asarray(model_score, dtype=float),
             rel,
+            np.full(n, nearest_flat),
         ]
     )
+
+
+def flat_share(nearest_log_rel: np.ndarray | None) -> float:
+    """Return the share of candidates within 3% of the best on the nearest device."""
+    if nearest_log_rel is None or not len(nearest_log_rel):
+        return 0.0
+    return float(np.mean(np.nan_to_num(nearest_log_rel, nan=MISSING_LOG_REL) <= NEAR_LOG_REL))
 
 
 @dataclass

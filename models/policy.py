@@ -50,7 +50,9 @@ class BlendPolicy:
         if self.lead == "auto":
             return f"auto{run}" if self.interleave else "auto-alone"
         other = "model" if self.lead == "nearest" else "nearest"
-        return f"{self.lead}{run}+{other}" if self.interleave else self.lead
+        if self.interleave:
+            return f"{self.lead}{run}+{other}"
+        return "copy-nearest" if self.lead == "nearest" and not self.min_coverage else self.lead
 
     def source_order(self, distance: float | None, coverage: float = 1.0) -> tuple[str, ...]:
         lead = self.lead
@@ -76,9 +78,9 @@ class BlendPolicy:
 DEFAULT_POLICY = BlendPolicy()
 # What selection chooses among, the most conservative first (it wins ties).
 CANDIDATE_POLICIES = (
+    # Copying the nearest device's ranking whatever it measured: the baseline itself.
+    BlendPolicy(lead="nearest", interleave=False, min_coverage=0.0),
     BlendPolicy(lead="nearest", interleave=False),
-    BlendPolicy(lead="nearest", lead_run=4),
-    BlendPolicy(lead="nearest", lead_run=2),
     BlendPolicy(lead="nearest"),
     BlendPolicy(lead="auto"),
     BlendPolicy(lead="model"),

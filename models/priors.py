@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from models.bundle import ModelBundle
-from models.calibration import calibration_features
+from models.calibration import calibration_features, flat_share
 from models.policy import DEFAULT_POLICY, BlendPolicy, blended_order, order_by, source_rankings
 from tps.candidate import Candidate
 from tps.hardware import HardwareSpec
@@ -72,13 +72,14 @@ def rank(
         rankings = source_rankings(model, hardware, problem, frame)
         order, sources = blended_order(rankings, policy, limit=limit)
         if choice is not None and choice.calibration is not None:
-            ref_near = frame["ref_near"].to_numpy()[order] if "ref_near" in frame else None
+            ref_near = frame["ref_near"].to_numpy() if "ref_near" in frame else None
             confidence = choice.calibration.predict(
                 calibration_features(
                     positions=np.arange(len(order)),
                     nearest_distance=rankings.nearest_distance,
                     model_score=frame["score"].to_numpy()[order],
-                    nearest_log_rel=ref_near,
+                    nearest_log_rel=None if ref_near is None else ref_near[order],
+                    nearest_flat=flat_share(ref_near),
                 )
             )
         else:  # a bundle without a calibration: decay with the distance to known hardware

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
-from models.calibration import CALIBRATION_TOP, calibration_features
+from models.calibration import CALIBRATION_TOP, calibration_features, flat_share
 from models.dataset import TuningData
 from models.estimator import LatencyModel
 from models.metrics import NEAR_OPTIMUM, RankingScores, mean_scores, ranking_scores, scores_at_ks
@@ -125,10 +125,11 @@ def evaluate_group(
 
 
 def _features(rankings: Any, order: np.ndarray, frame: pd.DataFrame) -> np.ndarray:
-    ref_near = frame["ref_near"].to_numpy()[order] if "ref_near" in frame else None
+    ref_near = frame["ref_near"].to_numpy() if "ref_near" in frame else None
     return calibration_features(
         positions=np.arange(len(order)),
         nearest_distance=rankings.nearest_distance,
         model_score=frame["score"].to_numpy()[order],
-        nearest_log_rel=ref_near,
+        nearest_log_rel=None if ref_near is None else ref_near[order],
+        nearest_flat=flat_share(ref_near),
     )

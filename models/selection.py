@@ -195,7 +195,7 @@ def choose_policy(
         )
         fold: dict[str, Any] = {
             "holdout": name,
-            "nearest": {m: nearest.get(m) for m in GATE_METRICS},
+            "baseline_nearest": {m: nearest.get(m) for m in GATE_METRICS},
         }
         for candidate in CANDIDATE_POLICIES:
             scores = mean_scores([r.candidates[candidate.name] for r in results])
@@ -213,7 +213,7 @@ def choose_policy(
     rule = (
         f"leave-one-out over {len(inner)} training configurations: of the policies at least "
         "as good as copying the nearest device at score@1 and score@5 on every fold, the best "
-        "mean score@1 + score@5, then the fewest probes to within 3%"
+        "mean score@1 + score@5, the most conservative on a tie"
     )
     return PolicyChoice(policy=chosen, rule=rule, calibration=calibration, folds=folds)
 
@@ -227,22 +227,21 @@ def _margin(fold: dict[str, Any], name: str) -> float:
     """Return how far policy `name` is above nearest on its worse metric in one fold."""
     margins = []
     for metric in GATE_METRICS:
-        base = fold["nearest"].get(metric)
+        base = fold["baseline_nearest"].get(metric)
         if base is not None:
             margins.append((fold[name].get(metric) or 0.0) - base)
     return min(margins) if margins else 0.0
 
 
 def _best(folds: list[dict[str, Any]]) -> BlendPolicy:
-    def key(indexed: tuple[int, BlendPolicy]) -> tuple[bool, float, float, int]:
+    def key(indexed: tuple[int, BlendPolicy]) -> tuple[bool, float, int]:
         index, candidate = indexed
         safe = all(_margin(f, candidate.name) >= -TIE for f in folds)
         mean = float(
             np.mean([sum(f[candidate.name].get(m) or 0.0 for m in GATE_METRICS) for f in folds])
         )
-        probes = float(np.mean([f[candidate.name]["probes_share"] for f in folds]))
         # Never below nearest on a fold first; then the best mean score@1 + score@5; at an
-        # equal mean, the fewest probes to come within 3%; then the more conservative.
-        return safe, round(mean, 4), -round(probes, 4), -index
+        # equal mean, the more conservative (a tie says nothing for the riskier policy).
+        return safe, round(mean, 6), -index
 
     return max(enumerate(CANDIDATE_POLICIES), key=key)[1]
