@@ -49,10 +49,9 @@ class BlendPolicy:
         run = f"*{self.lead_run}" if self.lead_run > 1 else ""
         if self.lead == "auto":
             return f"auto{run}" if self.interleave else "auto-alone"
+        lead = "copy-nearest" if self.lead == "nearest" and not self.min_coverage else self.lead
         other = "model" if self.lead == "nearest" else "nearest"
-        if self.interleave:
-            return f"{self.lead}{run}+{other}"
-        return "copy-nearest" if self.lead == "nearest" and not self.min_coverage else self.lead
+        return f"{lead}{run}+{other}" if self.interleave else lead
 
     def source_order(self, distance: float | None, coverage: float = 1.0) -> tuple[str, ...]:
         lead = self.lead
@@ -80,6 +79,8 @@ DEFAULT_POLICY = BlendPolicy()
 CANDIDATE_POLICIES = (
     # Copying the nearest device's ranking whatever it measured: the baseline itself.
     BlendPolicy(lead="nearest", interleave=False, min_coverage=0.0),
+    # Its first pick, then the model's and its own in turn: score@1 is the baseline's.
+    BlendPolicy(lead="nearest", min_coverage=0.0),
     BlendPolicy(lead="nearest", interleave=False),
     BlendPolicy(lead="nearest"),
     BlendPolicy(lead="auto"),
