@@ -75,12 +75,14 @@ class BlendPolicy:
 
 
 DEFAULT_POLICY = BlendPolicy()
-# What selection chooses among, the most conservative first (it wins ties).
+# What selection chooses among, in the order that wins ties.
 CANDIDATE_POLICIES = (
+    # The nearest device's first pick, then the model's and its own in turn: score@1 is the
+    # baseline's. Preferred on a tie: where the training folds cannot tell it from a copy,
+    # its second source costs nothing there and covers a copy's blind spots.
+    BlendPolicy(lead="nearest", min_coverage=0.0),
     # Copying the nearest device's ranking whatever it measured: the baseline itself.
     BlendPolicy(lead="nearest", interleave=False, min_coverage=0.0),
-    # Its first pick, then the model's and its own in turn: score@1 is the baseline's.
-    BlendPolicy(lead="nearest", min_coverage=0.0),
     BlendPolicy(lead="nearest", interleave=False),
     BlendPolicy(lead="nearest"),
     BlendPolicy(lead="auto"),

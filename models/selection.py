@@ -213,7 +213,7 @@ def choose_policy(
     rule = (
         f"leave-one-out over {len(inner)} training configurations: of the policies at least "
         "as good as copying the nearest device at score@1 and score@5 on every fold, the best "
-        "mean score@1 + score@5, the most conservative on a tie"
+        "mean score@1 + score@5, the first listed on a tie"
     )
     return PolicyChoice(policy=chosen, rule=rule, calibration=calibration, folds=folds)
 
@@ -241,7 +241,7 @@ def _best(folds: list[dict[str, Any]]) -> BlendPolicy:
             np.mean([sum(f[candidate.name].get(m) or 0.0 for m in GATE_METRICS) for f in folds])
         )
         # Never below nearest on a fold first; then the best mean score@1 + score@5; at an
-        # equal mean, the more conservative (a tie says nothing for the riskier policy).
+        # equal mean, the first in CANDIDATE_POLICIES.
         return safe, round(mean, 6), -index
 
     return max(enumerate(CANDIDATE_POLICIES), key=key)[1]
