@@ -6,6 +6,7 @@ runs in benchmarks/data/; writes the raw reports to benchmarks/results/model_*.j
 plot per dataset, and prints the Markdown tables.
 
     .venv/bin/python benchmarks/model_eval.py [--kernel-tuner DIR] [--gemm DIR] [--skip-gemm]
+        [--skip-kernel-tuner] [--families]
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def machine() -> str:
 
 
 def run_evaluate(data: Path, plot: Path) -> tuple[dict, list[str], float]:
-    command = [TPS, "evaluate", "--data", str(data), "--all", "--json", "--plot", str(plot)]
+    command = [TPS, "evaluate", "--data", str(data), "--all", "--json", "--threads", "1"]
+    command += ["--plot", str(plot)]
     started = time.perf_counter()
     out = subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO)
     return json.loads(out.stdout), command, time.perf_counter() - started
@@ -80,20 +82,40 @@ def table(reports: list[dict]) -> str:
 
 def summary_table(summary: list[dict]) -> str:
     lines = [
-        "| op | source | mean score@1 | mean score@5 | mean probes to 3% "
-        "| holdouts ≥ nearest (s@1) |",
-        "|---|---|---|---|---|---|",
+        "| op | source | mean score@1 | mean score@5 | mean probes to 3% | probes / space "
+        "| median APE | holdouts ≥ nearest (s@1, s@5) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for s in summary:
         for source in SOURCES:
-            wins = s.get(f"{source}.holdouts_at_least_nearest_s1")
-            won = "-" if wins is None else f"{wins}/{s['holdouts']}"
+            wins = [s.get(f"{source}.holdouts_at_least_nearest_{m}") for m in ("s1", "s5")]
+            won = "-" if None in wins else f"{wins[0]}/{s['holdouts']}, {wins[1]}/{s['holdouts']}"
             lines.append(
                 f"| {s['op']} | {source} | {fmt(s.get(f'{source}.score_at_1'))} | "
                 f"{fmt(s.get(f'{source}.score_at_5'))} | "
                 f"{fmt(s.get(f'{source}.probes_to_3pct'))} | "
-                f"{won} |"
+                f"{fmt(s.get(f'{source}.probes_to_3pct_share'))} | "
+                f"{fmt(s.get(f'{source}.median_ape'))} | {won} |"
             )
+    return "\n".join(lines)
+
+
+def policy_table(reports: list[dict]) -> str:
+    """Per holdout: the policy chosen on the training hardware, its figures, and calibration."""
+    lines = [
+        "| op | held out | chosen policy | served s@1 / s@5 | nearest s@1 / s@5 "
+        "| served probes (share) | within 3% in 5% of space | Brier (base rate) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in reports:
+        p, n, c = r["policy"], r["baseline_nearest"], r["calibration"]
+        lines.append(
+            f"| {r['op']} | {r['holdout']} | {p['name']} | {fmt(p['score_at_1'])} / "
+            f"{fmt(p['score_at_5'])} | {fmt(n.get('score_at_1'))} / {fmt(n.get('score_at_5'))} "
+            f"| {fmt(p['probes_to_3pct'])} ({fmt(p['probes_to_3pct_share'])}) "
+            f"| {fmt(p['within_3pct_in_5pct_of_space'])} "
+            f"| {fmt(c.get('brier'))} ({fmt(c.get('brier_base_rate'))}) |"
+        )
     return "\n".join(lines)
 
 
@@ -121,6 +143,7 @@ def evaluate(name: str, data: Path, out: Path, plot: Path, extra: dict | None = 
     out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"## {name}\n\n`{doc['command']}` ({doc['machine']}, {doc['date']}, {wall:.0f} s)\n")
     print(summary_table(payload["summary"]) + "\n")
+    print(policy_table(payload["reports"]) + "\n")
     print(table(payload["reports"]) + "\n")
     if extra:
         print(json.dumps(extra, indent=1))
@@ -134,15 +157,17 @@ def main() -> None:
     parser.add_argument("--gemm", type=Path, default=REPO / "benchmarks" / "data")
     parser.add_argument("--skip-gemm", action="store_true")
     parser.add_argument("--skip-kernel-tuner", action="store_true")
+    parser.add_argument("--families", action="store_true", help="also the GEMM shape families")
     args = parser.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     if not args.skip_kernel_tuner:
-        evaluate(
-            "Kernel Tuner, leave-one-GPU-out",
-            args.kernel_tuner,
-            RESULTS / "model_loo.json",
-            RESULTS / "model_score_at_k.png",
-        )
+        for kernel in ("convolution", "dedispersion"):
+            evaluate(
+                f"Kernel Tuner {kernel}, leave-one-GPU-out",
+                args.kernel_tuner / f"{kernel}_milo",
+                RESULTS / f"model_loo_{kernel}.json",
+                RESULTS / f"model_score_at_k_{kernel}.png",
+            )
     gemm_files = sorted(args.gemm.glob("*.jsonl*")) if args.gemm.is_dir() else []
     if not args.skip_gemm and gemm_files:
         evaluate(
@@ -150,7 +175,7 @@ def main() -> None:
             args.gemm,
             RESULTS / "model_gemm_loco.json",
             RESULTS / "model_gemm_score_at_k.png",
-            extra={"families": gemm_families(args.gemm)},
+            extra={"families": gemm_families(args.gemm)} if args.families else None,
         )
 
 

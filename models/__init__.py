@@ -12,14 +12,20 @@ What the service calls (none of it imports the service):
   With a Dask client, `train_bundle(runs, client=client)` trains the boosters on the cluster.
 
 - Quality gate on held-out data: `models.evaluation.evaluate_holdout(TuningData, name, op=...)`
-  and `leave_one_out(...)` / `summarise(...)` return plain dicts (score@1, score@5, ...).
+  and `leave_one_out(...)` / `summarise(...)` return plain dicts (score@1, score@5, probes to
+  within 3%, median APE for the model, the served policy and the nearest and random baselines;
+  the Brier score and reliability table of the served confidence). The served policy is
+  chosen by `models.selection.choose_policy` on the training hardware only.
 
 - Priors for (hardware, problem)::
 
       models.priors.rank(bundle, hardware, problem, candidates=None, limit=8)
           -> list[RankedCandidate(candidate, predicted_us, score, source, confidence)]
 
-  `source` is one of tps.schemas.PriorSource (observed, model, nearest, family); the blend
-  policy (models.policy.BlendPolicy) decides which source leads. `bundle.candidate_universe(op)`
-  lists the candidates known per op; `models.priors.family_winners(...)` the shape family's.
+  `source` is one of tps.schemas.PriorSource (observed, model, nearest, family); the op's
+  policy (models.policy.BlendPolicy, chosen when the bundle was trained) decides the order,
+  `confidence` is the calibrated P(within 3% of the best) (models.calibration), and
+  `models.priors.rationale(...)` says why when the order is not that of predicted_us.
+  `bundle.candidate_universe(op)` lists the candidates known per op;
+  `models.priors.family_winners(...)` the shape family's.
 """

@@ -22,6 +22,7 @@ from models.dataset import TuningData
 from models.estimator import LatencyModel, ModelError
 from models.families import ShapeFamilies
 from models.reference import Reference
+from models.selection import FoldModels, PolicyChoice, choose_policy
 from tps.candidate import Candidate
 from tps.hardware import HardwareSpec
 from tps.problem import ProblemKey
@@ -105,6 +106,8 @@ class ModelBundle:
     families: dict[str, ShapeFamilies]
     data_counts: dict[str, int] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
+    # The served policy per op, chosen by leave-one-out over the training hardware.
+    policies: dict[str, PolicyChoice] = field(default_factory=dict)
 
     @property
     def ops(self) -> list[str]:
@@ -115,6 +118,10 @@ class ModelBundle:
         if op not in self.models:
             raise ModelError(f"no model for op {op!r}; this artifact has {self.ops}")
         return self.models[op]
+
+    def policy_for(self, op: str) -> PolicyChoice | None:
+        """Return the served policy chosen for `op`, or None (the default policy serves)."""
+        return self.policies.get(op)
 
     def warm_up(self) -> ModelBundle:
         """Prepare every model for prediction (see `LatencyModel.warm_up`); return self."""
@@ -134,6 +141,7 @@ class ModelBundle:
             "metrics": self.metrics,
             "models": {op: model_to_dict(m) for op, m in sorted(self.models.items())},
             "families": {op: f.to_dict() for op, f in sorted(self.families.items())},
+            "policies": {op: c.to_dict() for op, c in sorted(self.policies.items())},
         }
         payload = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
         return gzip.compress(payload, compresslevel=6, mtime=0)
@@ -154,6 +162,9 @@ class ModelBundle:
             families={op: ShapeFamilies.from_dict(f) for op, f in doc["families"].items()},
             data_counts=doc.get("data_counts", {}),
             metrics=doc.get("metrics", {}),
+            policies={
+                op: PolicyChoice.from_dict(c) for op, c in (doc.get("policies") or {}).items()
+            },
         )
 
 
@@ -164,11 +175,15 @@ def train_bundle(
     n_families: int = 8,
     seed: int = 0,
     client: Any = None,
+    select_policy: bool = True,
+    folds: dict[str, FoldModels] | None = None,
 ) -> ModelBundle:
     """Train one model and one family table per op found in `data`.
 
     `data` may be probe runs (as the service stores them) or a TuningData; with a Dask
-    `client`, the boosters train on the cluster.
+    `client`, the boosters train on the cluster. With `select_policy`, the served policy of
+    each op and its confidence calibration are chosen by leave-one-out over the hardware of
+    `data` (models.selection); `folds` may hold models already trained for it.
     """
     if not isinstance(data, TuningData):
         data = TuningData.from_runs(data)
@@ -176,11 +191,20 @@ def train_bundle(
         raise ModelError("no measurements to train on")
     models: dict[str, LatencyModel] = {}
     families: dict[str, ShapeFamilies] = {}
+    policies: dict[str, PolicyChoice] = {}
     for op in data.ops:
         op_data = data.for_op(op)
-        models[op] = LatencyModel(op=op, seed=seed, **(model_params or {})).fit(
-            op_data, client=client
+        trained = (folds or {}).get(op) or FoldModels(
+            op_data, op=op, model_params=model_params, seed=seed
         )
+        if client is None:
+            models[op] = trained.without(())
+        else:
+            models[op] = LatencyModel(op=op, seed=seed, **(model_params or {})).fit(
+                op_data, client=client
+            )
+        if select_policy:
+            policies[op] = choose_policy(trained, seed=seed)
         families[op] = ShapeFamilies(op=op, n_families=n_families, seed=seed).fit(op_data)
     frame = data.frame
     counts = {
@@ -190,4 +214,4 @@ def train_bundle(
         "problems": int(frame["problem_hash"].nunique()),
         "candidates": int(frame["candidate_id"].nunique()),
     }
-    return ModelBundle(models=models, families=families, data_counts=counts)
+    return ModelBundle(models=models, families=families, data_counts=counts, policies=policies)

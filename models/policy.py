@@ -2,9 +2,12 @@
 
 Leave-one-GPU-out showed that no single source wins everywhere: copying the nearest device's
 measured ranking is hard to beat when that device is very like the new one (same vendor, close
-spec), and the model does better when nothing is close. The policy leads with the source that
-should win and interleaves the others behind it, so that the first few probes cover each
-source's best guess (score@5 becomes the best of their top picks).
+spec), and the model does better when nothing is close. A policy leads with one source and
+interleaves the others behind it, so that the first few probes cover each source's best guess
+(score@5 becomes the best of their top picks), or serves one source alone.
+
+`CANDIDATE_POLICIES` are the policies that `models.selection` chooses among, per op, by
+leave-one-hardware-out on the training data only.
 """
 
 from __future__ import annotations
@@ -19,37 +22,82 @@ from tps.hardware import HardwareSpec
 from tps.problem import ProblemKey
 
 SOURCES = ("model", "nearest", "consensus")
+LEADS = ("auto", "nearest", "model")
 
 
 @dataclass(frozen=True)
 class BlendPolicy:
-    """Lead with the nearest device's ranking when its spec distance is at most
-    `near_distance` and it measured at least `min_coverage` of the candidates being ranked,
-    else with the model's; interleave the rest round-robin.
+    """Lead with one source's ranking and interleave the rest round-robin (or serve it alone).
 
-    Coverage matters where candidate lists differ per device (cuBLASLt's heuristic offers
-    other algorithms at another SM count): a copied ranking puts every candidate its device
-    never ran last, and the winner is often among them.
+    `lead="auto"` leads with the nearest device's ranking when its spec distance is at most
+    `near_distance`, else with the model's. A nearest device that measured less than
+    `min_coverage` of the candidates being ranked never leads: where candidate lists differ
+    per device (cuBLASLt's heuristic offers other algorithms at another SM count), a copied
+    ranking puts every candidate its device never ran last, and the winner is often among them.
     """
 
     near_distance: float = 2.0
     min_coverage: float = 0.9
     interleave: bool = True
+    lead: str = "auto"
+    # How many of the lead source's picks come before the others get a turn.
+    lead_run: int = 1
+
+    @property
+    def name(self) -> str:
+        """Return the policy's short name (`nearest`, `nearest*4+model`, `auto`, ...)."""
+        run = f"*{self.lead_run}" if self.lead_run > 1 else ""
+        if self.lead == "auto":
+            return f"auto{run}" if self.interleave else "auto-alone"
+        lead = "copy-nearest" if self.lead == "nearest" and not self.min_coverage else self.lead
+        other = "model" if self.lead == "nearest" else "nearest"
+        return f"{lead}{run}+{other}" if self.interleave else lead
 
     def source_order(self, distance: float | None, coverage: float = 1.0) -> tuple[str, ...]:
-        if distance is not None and distance <= self.near_distance:
-            if coverage >= self.min_coverage:
-                return ("nearest", "model", "consensus")
+        lead = self.lead
+        if lead == "auto":
+            near = distance is not None and distance <= self.near_distance
+            lead = "nearest" if near else "model"
+        if lead == "nearest" and coverage < self.min_coverage:
+            lead = "model"
+        if lead == "nearest":
+            return ("nearest", "model", "consensus")
         return ("model", "nearest", "consensus")
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "near_distance": self.near_distance,
+            "min_coverage": self.min_coverage,
+            "interleave": self.interleave,
+            "lead": self.lead,
+            "lead_run": self.lead_run,
+        }
 
 
 DEFAULT_POLICY = BlendPolicy()
+# What selection chooses among, in the order that wins ties.
+CANDIDATE_POLICIES = (
+    # The nearest device's first pick, then the model's and its own in turn: score@1 is the
+    # baseline's. Preferred on a tie: where the training folds cannot tell it from a copy,
+    # its second source costs nothing there and covers a copy's blind spots.
+    BlendPolicy(lead="nearest", min_coverage=0.0),
+    # Copying the nearest device's ranking whatever it measured: the baseline itself.
+    BlendPolicy(lead="nearest", interleave=False, min_coverage=0.0),
+    BlendPolicy(lead="nearest", interleave=False),
+    BlendPolicy(lead="nearest"),
+    BlendPolicy(lead="auto"),
+    BlendPolicy(lead="model"),
+    BlendPolicy(lead="model", interleave=False),
+)
 
 
-def interleave(orders: list[np.ndarray], limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def interleave(
+    orders: list[np.ndarray], limit: int | None = None, *, lead_run: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
     """Merge orders round-robin without repeats; return (order, index of the source of each).
 
-    With `limit`, stop after that many entries.
+    The first order gives its first `lead_run` entries before the others get a turn. With
+    `limit`, stop after that many entries.
     """
     n = max((len(o) for o in orders), default=0)
     wanted = n if limit is None else min(limit, n)
@@ -57,17 +105,20 @@ def interleave(orders: list[np.ndarray], limit: int | None = None) -> tuple[np.n
     merged: list[int] = []
     source: list[int] = []
     cursors = [0] * len(orders)
+    turns = [max(lead_run, 1)] + [1] * (len(orders) - 1)
     while len(merged) < wanted:
         progressed = False
         for i, order in enumerate(orders):
-            while cursors[i] < len(order) and seen[order[cursors[i]]]:
-                cursors[i] += 1
-            if cursors[i] < len(order) and len(merged) < wanted:
-                pick = int(order[cursors[i]])
-                seen[pick] = True
-                merged.append(pick)
-                source.append(i)
-                progressed = True
+            for _ in range(turns[i]):
+                while cursors[i] < len(order) and seen[order[cursors[i]]]:
+                    cursors[i] += 1
+                if cursors[i] < len(order) and len(merged) < wanted:
+                    pick = int(order[cursors[i]])
+                    seen[pick] = True
+                    merged.append(pick)
+                    source.append(i)
+                    progressed = True
+        turns[0] = 1
         if not progressed:
             break
     return np.array(merged, dtype=int), np.array(source, dtype=int)
@@ -133,5 +184,5 @@ def blended_order(
     names = [s for s in lead if s in rankings.orders]
     if not policy.interleave:
         names = names[:1]
-    order, source = interleave([rankings.orders[s] for s in names], limit)
+    order, source = interleave([rankings.orders[s] for s in names], limit, lead_run=policy.lead_run)
     return order, [names[i] for i in source]

@@ -1,9 +1,11 @@
 """What the priors endpoint calls: a ranked candidate list for (hardware, problem).
 
 `rank` answers from a trained ModelBundle. Where the problem was measured on this very
-hardware in training, it returns that observation; otherwise it serves the blend policy
-(models.policy): the nearest known device's measured ranking and the model's, interleaved,
-led by whichever leave-one-GPU-out showed should win at this spec distance.
+hardware in training, it returns that observation; otherwise it serves the op's policy
+(models.policy), chosen by leave-one-hardware-out when the bundle was trained
+(models.selection): the nearest known device's measured ranking, the model's, or the two
+interleaved. Each entry's confidence is the calibrated probability that it is within 3% of
+the best; `rationale` says why the order is what it is when it is not that of `predicted_us`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from models.bundle import ModelBundle
+from models.calibration import calibration_features, flat_share
 from models.policy import DEFAULT_POLICY, BlendPolicy, blended_order, order_by, source_rankings
 from tps.candidate import Candidate
 from tps.hardware import HardwareSpec
@@ -43,12 +46,13 @@ def rank(
     candidates: list[Candidate] | None = None,
     *,
     limit: int | None = None,
-    policy: BlendPolicy = DEFAULT_POLICY,
+    policy: BlendPolicy | None = None,
 ) -> list[RankedCandidate]:
     """Return candidates best first, each with predicted µs, a score and its source.
 
-    Without `candidates`, the op's candidate universe from training is ranked. `score` is
-    1.0 for the first entry and falls linearly to 0 for the last of all candidates.
+    Without `candidates`, the op's candidate universe from training is ranked; without
+    `policy`, the op's chosen policy serves. `score` is 1.0 for the first entry and falls
+    linearly to 0 for the last of all candidates.
     """
     model = bundle.model_for(problem.op)
     if candidates is None:
@@ -60,26 +64,68 @@ def rank(
     n = len(candidates)
     if observed is not None:
         order = observed[:limit] if limit else observed
-        sources, confidence = ["observed"] * len(order), 1.0
+        sources, confidence = ["observed"] * len(order), np.ones(len(order))
     else:
+        choice = bundle.policy_for(problem.op)
+        if policy is None:
+            policy = choice.policy if choice is not None else DEFAULT_POLICY
         rankings = source_rankings(model, hardware, problem, frame)
         order, sources = blended_order(rankings, policy, limit=limit)
-        distance = rankings.nearest_distance
-        confidence = math.exp(-(distance if distance is not None else 8.0) / CONFIDENCE_SCALE)
+        if choice is not None and choice.calibration is not None:
+            ref_near = frame["ref_near"].to_numpy() if "ref_near" in frame else None
+            confidence = choice.calibration.predict(
+                calibration_features(
+                    positions=np.arange(len(order)),
+                    nearest_distance=rankings.nearest_distance,
+                    model_score=frame["score"].to_numpy()[order],
+                    nearest_log_rel=None if ref_near is None else ref_near[order],
+                    nearest_flat=flat_share(ref_near),
+                )
+            )
+        else:  # a bundle without a calibration: decay with the distance to known hardware
+            distance = rankings.nearest_distance
+            decay = math.exp(-(distance if distance is not None else 8.0) / CONFIDENCE_SCALE)
+            confidence = np.full(len(order), decay)
         if problem.key_hash() not in model.reference_.problems:
             sources = ["family"] * len(sources)  # borrowed from the closest measured shape
-            confidence *= 0.5
+            confidence = confidence * 0.5
     predicted = frame["predicted_us"].to_numpy()
+    confidences = np.broadcast_to(np.asarray(confidence, dtype=float), (len(order),))
     return [
         RankedCandidate(
             candidate=candidates[int(i)],
             predicted_us=float(predicted[i]) if np.isfinite(predicted[i]) else None,
             score=1.0 - pos / max(n - 1, 1),
             source=SOURCE_NAMES.get(src, src),
-            confidence=round(confidence, 4),
+            confidence=round(float(confidences[pos]), 4),
         )
         for pos, (i, src) in enumerate(zip(order, sources, strict=True))
     ]
+
+
+def rationale(bundle: ModelBundle, op: str, ranked: list[RankedCandidate]) -> str | None:
+    """Return why `ranked` is in its order when that is not the order of `predicted_us`."""
+    predicted = [r.predicted_us for r in ranked]
+    if (
+        all(p is not None for p in predicted)
+        and all(
+            a <= b  # type: ignore[operator]
+            for a, b in zip(predicted, predicted[1:], strict=False)
+        )
+    ):
+        return None
+    sources = sorted({r.source for r in ranked})
+    if sources == ["observed"]:
+        return "ordered by the latencies measured on this hardware; predicted_us is the model's"
+    choice = bundle.policy_for(op)
+    policy = choice.policy.name if choice else DEFAULT_POLICY.name
+    why = f"chosen by {choice.rule}" if choice else "the default policy (no leave-one-out choice)"
+    return (
+        f"ordered by the served policy {policy!r} ({why}); entries come from "
+        f"{', '.join(sources)}. predicted_us is the latency regressor's estimate, kept for "
+        "information: on held-out hardware the policy's order finds the best candidate sooner "
+        "than sorting by it, so the two orders may differ"
+    )
 
 
 def _observed_order(

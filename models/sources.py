@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from models.kernel_tuner import import_file
+from models.kernel_tuner import import_cache
 from tps.errors import TPSError
 from tps.schemas import ProbeRun
 
+log = logging.getLogger(__name__)
 PROBE_RUN_SUFFIXES = (".jsonl", ".jsonl.gz")
 KERNEL_TUNER_SUFFIXES = (".json", ".json.gz")
 
@@ -64,5 +66,8 @@ def load_runs(paths: Iterable[Path], *, device: str | None = None) -> list[Probe
         if _is(path, PROBE_RUN_SUFFIXES):
             runs.extend(read_probe_runs_jsonl(path))
         else:
-            runs.append(import_file(path, device=device))
+            imported = import_cache(path, device=device)
+            if imported.hardware.guessed:
+                log.warning("%s: %s", path.name, imported.hardware.describe())
+            runs.append(imported.run)
     return runs

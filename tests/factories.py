@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import secrets
 import uuid
+from itertools import product
 from typing import Any
 
 from tps.candidate import VENDOR_DEFAULT, Candidate
@@ -182,3 +184,84 @@ def steered_copy(run: ProbeRun, *, top_k: int = 4) -> ProbeRun:
             ),
         }
     )
+
+
+# A Kernel Tuner kernel that no code names, for the importer and everything downstream.
+KERNEL = "heat_stencil_2d_kernel"
+OP = "heat_stencil_2d"
+SIZE = (4096, 4096)
+PARAMS = {
+    "block_size_x": [16, 32, 64, 128, 256],
+    "block_size_y": [1, 2, 4, 8],
+    "tile_size_x": [1, 2, 4],
+    "loop_unroll": [0, 1],
+}
+
+
+def stencil_time_ms(config: dict[str, int], gpu: HardwareSpec) -> float | str:
+    """Return the kernel's time on `gpu`: memory-bound work, slowed by idle lanes and tails."""
+    threads = config["block_size_x"] * config["block_size_y"]
+    if threads > 1024:
+        return "CompilationFailedConfig"
+    warp = gpu.warp_size or 32
+    warps = math.ceil(threads / warp)
+    lane_use = threads / (warps * warp)
+    blocks = math.ceil(SIZE[0] / (config["block_size_x"] * config["tile_size_x"])) * math.ceil(
+        SIZE[1] / config["block_size_y"]
+    )
+    waves = blocks / gpu.compute_units
+    tail = waves / math.ceil(waves)
+    seconds = SIZE[0] * SIZE[1] * 8 / (gpu.mem_bandwidth_gbs * 1e9)
+    tile = 1.0 + 0.12 * abs(math.log2(config["tile_size_x"]) - 1)
+    unroll = 0.92 if config["loop_unroll"] and config["tile_size_x"] > 1 else 1.0
+    shape = 1.0 + 0.04 * abs(math.log2(threads) - 8)
+    return seconds * 1e3 * tile * unroll * shape / (lane_use * tail)
+
+
+def stencil_configurations() -> list[dict[str, int]]:
+    return [dict(zip(PARAMS, values, strict=True)) for values in product(*PARAMS.values())]
+
+
+def stencil_record(config: dict[str, int], gpu: HardwareSpec) -> dict[str, Any]:
+    time_ms = stencil_time_ms(config, gpu)
+    times = [] if isinstance(time_ms, str) else [time_ms * f for f in (0.99, 1.0, 1.01)]
+    return {
+        **config, "time": time_ms, "times": times, "compile_time": 410.0,
+        "verification_time": 0, "benchmark_time": 12.0, "strategy_time": 0,
+        "framework_time": 0.4, "timestamp": "2026-11-30 10:00:00+00:00",
+    }  # fmt: skip
+
+
+def stencil_cache_file(
+    gpu: HardwareSpec, device_name: str, *, version: str | None
+) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "device_name": device_name,
+        "kernel_name": KERNEL,
+        "problem_size": list(SIZE),
+        "tune_params_keys": list(PARAMS),
+        "tune_params": PARAMS,
+        "objective": "time",
+        "cache": {
+            ",".join(str(v) for v in c.values()): stencil_record(c, gpu)
+            for c in stencil_configurations()
+        },
+    }
+    return {"schema_version": version, **doc} if version else doc
+
+
+def stencil_t4_file(gpu: HardwareSpec) -> dict[str, Any]:
+    results = []
+    for config in stencil_configurations():
+        record = stencil_record(config, gpu)
+        failed = isinstance(record["time"], str)
+        results.append({
+            "timestamp": record["timestamp"],
+            "configuration": config,
+            "times": {"compilation": 410.0, "runtimes": record["times"]},
+            "invalidity": "compile" if failed else "correct",
+            "correctness": 0 if failed else 1,
+            "measurements": [{"name": "time", "value": record["time"], "unit": "ms"}],
+            "objectives": ["time"],
+        })  # fmt: skip
+    return {"schema_version": "1.0.0", "metadata": {"timeunit": "milliseconds"}, "results": results}

@@ -8,10 +8,13 @@ AMD RDNA parts also have a large Infinity Cache behind the L2; `l2_bytes` holds 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from difflib import SequenceMatcher
 from typing import Any
 
 from tps.errors import TPSError
-from tps.hardware import HardwareSpec
+from tps.hardware import SOFTWARE_FIELDS, HardwareSpec
 
 MB = 1024 * 1024
 GB = 1024 * MB
@@ -268,3 +271,96 @@ def merge_measured(measured: HardwareSpec, catalog: HardwareSpec | None = None) 
         else:
             merged[field] = value
     return HardwareSpec(**merged)
+
+
+# Words in a product name that say which vendor made it, for devices the catalog lacks.
+_VENDOR_WORDS: dict[str, tuple[str, ...]] = {
+    "nvidia": ("nvidia", "geforce", "rtx", "gtx", "tesla", "quadro", "titan", "jetson"),
+    "amd": ("amd", "radeon", "instinct", "gfx", "firepro"),
+    "intel": ("intel", "arc", "iris", "xe", "ponte", "gaudi"),
+}
+_AMD_PART = re.compile(r"^(gfx\d+|mi\d+[a-z]?)$")
+HARDWARE_FIELDS = tuple(HardwareSpec.model_fields)
+
+
+def vendor_of(name: str) -> str | None:
+    """Return the vendor a product name names (`Radeon ...` -> amd), or None."""
+    words = set(re.sub(r"[^a-z0-9]+", " ", name.lower()).split())
+    for vendor, keys in _VENDOR_WORDS.items():
+        if words & set(keys):
+            return vendor
+    if any(_AMD_PART.match(w) for w in words):
+        return "amd"
+    return None
+
+
+@dataclass(frozen=True)
+class ResolvedHardware:
+    """A spec for a device name, and which of its fields are guesses.
+
+    `guessed` names the fields taken from `basis` (the catalog entry most like the name)
+    because neither the catalog, nor the fields given, nor the data recorded them.
+    """
+
+    spec: HardwareSpec
+    guessed: tuple[str, ...] = ()
+    basis: str | None = None
+
+    def describe(self) -> str:
+        """Return one line saying where the spec came from."""
+        if not self.guessed:
+            return f"{self.spec.name}: catalog or given spec"
+        return (
+            f"{self.spec.name}: not in the catalog; guessed {', '.join(self.guessed)} "
+            f"from {self.basis}"
+        )
+
+
+def closest_entry(name: str, vendor: str | None = None) -> HardwareSpec:
+    """Return the catalog entry whose name is most like `name` (of `vendor` when given)."""
+    key = normalise_name(name)
+    entries = [s for s in CATALOG.specs() if vendor is None or s.vendor == vendor]
+    if not entries:
+        entries = CATALOG.specs()
+    return max(
+        entries,
+        key=lambda s: (SequenceMatcher(None, key, normalise_name(s.name)).ratio(), s.name),
+    )
+
+
+def spec_for(name: str, given: Mapping[str, Any] | None = None) -> ResolvedHardware:
+    """Return a spec for a device name: the catalog's, overlaid with `given` fields.
+
+    A name the catalog lacks takes the `given` fields (a user's flag or JSON file) and guesses
+    the rest from the catalog entry most like it, saying which fields it guessed. A `given`
+    that is a whole spec guesses nothing. Raises pydantic's ValidationError for bad fields.
+    """
+    given = {k: v for k, v in (given or {}).items() if v is not None}
+    unknown = sorted(set(given) - set(HARDWARE_FIELDS))
+    if unknown:
+        raise UnknownHardwareError(f"hardware fields {unknown} are not spec fields")
+    fields = {"name": name, **given}
+    try:
+        catalog: HardwareSpec | None = resolve(str(fields["name"]))
+    except UnknownHardwareError:
+        catalog = None
+    if catalog is not None:
+        if not given:
+            return ResolvedHardware(spec=catalog)
+        measured = HardwareSpec.model_validate({**catalog.model_dump(), **given})
+        return ResolvedHardware(spec=merge_measured(measured, catalog))
+    vendor = fields.get("vendor") or vendor_of(str(fields["name"]))
+    basis = closest_entry(str(fields["name"]), vendor)
+    base = basis.model_dump()
+    required = {n for n, f in HardwareSpec.model_fields.items() if f.is_required()}
+    guessed = sorted(
+        n
+        for n in HARDWARE_FIELDS
+        if n not in fields and n not in SOFTWARE_FIELDS and (n in required or base[n] is not None)
+    )
+    if "vendor" not in fields and vendor is not None:
+        guessed.remove("vendor")  # the name says it
+    spec = HardwareSpec.model_validate(
+        {**{n: base[n] for n in guessed}, "vendor": vendor or base["vendor"], **fields}
+    )
+    return ResolvedHardware(spec=spec, guessed=tuple(guessed), basis=basis.name)

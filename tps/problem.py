@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -35,6 +36,12 @@ TUNABLEOP_DTYPE: dict[str, str] = {
 }
 
 
+# Ops a user defines (a Kernel Tuner kernel, say) are named like identifiers and take up to
+# MAX_FREE_DIMS dims of their own naming; the bounds keep keys, hashes and rows small.
+OP_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+DIM_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+
+
 class OpSpec(BaseModel):
     """The dims an op needs; a problem whose dims differ is rejected."""
 
@@ -43,7 +50,7 @@ class OpSpec(BaseModel):
     name: str
     required_dims: tuple[str, ...]
     optional_dims: tuple[str, ...] = ()
-    # Ops imported from tuning tools name their own dims; any positive ints are accepted.
+    # User-defined ops name their own dims; any positive ints are accepted.
     free_dims: bool = False
 
 
@@ -58,8 +65,6 @@ OPS: dict[str, OpSpec] = {
         ),
         OpSpec(name="layernorm", required_dims=("rows", "cols")),
         OpSpec(name="add", required_dims=("numel",)),
-        OpSpec(name="convolution", required_dims=(), free_dims=True),
-        OpSpec(name="dedispersion", required_dims=(), free_dims=True),
     )
 }
 
@@ -77,7 +82,7 @@ def dims_doc() -> str:
 
 
 MAX_DIM = 2**31 - 1  # what BLAS and torch index with; also keeps products far from overflow
-MAX_FREE_DIMS = 16
+MAX_FREE_DIMS = 8
 Dim = Annotated[int, Field(gt=0, le=MAX_DIM), NotText]
 Stride = Annotated[int, Field(ge=0, le=2**62), NotText]
 
@@ -102,17 +107,46 @@ def _dims_schema() -> dict[str, Any]:
                 },
             }
         )
+    builtin = sorted(name for name, spec in OPS.items() if not spec.free_dims)
+    clauses.append(
+        {  # a user-defined op names its own dims
+            "if": {"properties": {"op": {"not": {"enum": builtin}}}, "required": ["op"]},
+            "then": {"properties": {"dims": {"propertyNames": {"pattern": DIM_NAME.pattern}}}},
+        }
+    )
     return {"allOf": clauses}
 
 
 def _problem_schema(schema: dict[str, Any]) -> None:
-    schema["properties"]["op"]["enum"] = sorted(OPS)
+    # Built-in ops and user-defined ones (a Kernel Tuner kernel, say) share one name rule.
+    schema["properties"]["op"]["pattern"] = OP_NAME.pattern
     schema.update(_dims_schema())
 
 
 def register_op(spec: OpSpec) -> None:
-    """Make an op known to problem validation."""
+    """Make an op known to problem validation with dims of its own."""
     OPS[spec.name] = spec
+
+
+def op_spec(name: str) -> OpSpec:
+    """Return the spec of a built-in op, or of a user-defined op with free dims.
+
+    Raises ValueError for a name that is neither built in nor a valid op name.
+    """
+    spec = OPS.get(name)
+    if spec is not None:
+        return spec
+    if not OP_NAME.match(name):
+        raise ValueError(
+            f"op {preview(name)} is not a built-in op ({', '.join(sorted(OPS))}) nor a valid "
+            "user-defined op name (a lowercase letter, then up to 63 of a-z, 0-9, _)"
+        )
+    return OpSpec(name=name, required_dims=(), free_dims=True)
+
+
+def is_builtin(name: str) -> bool:
+    """Return whether `name` is an op with dims of its own (not a user-defined one)."""
+    return name in OPS and not OPS[name].free_dims
 
 
 class ProblemKey(BaseModel):
@@ -148,16 +182,17 @@ class ProblemKey(BaseModel):
     @field_validator("op")
     @classmethod
     def _known_op(cls, op: str) -> str:
-        if op not in OPS:
-            raise ValueError(f"unknown op {preview(op)}; known ops: {', '.join(sorted(OPS))}")
+        op_spec(op)  # built in, or a valid name of a user-defined op
         return op
 
     @model_validator(mode="after")
     def _dims_fit_op(self) -> ProblemKey:
-        spec = OPS[self.op]
+        spec = op_spec(self.op)
         for name, value in self.dims.items():
             if value <= 0:
                 raise ValueError(f"dims.{name} must be positive, got {value}")
+            if value > MAX_DIM:
+                raise ValueError(f"dims.{name} must be at most {MAX_DIM}, got {value}")
         if not spec.free_dims:
             missing = [d for d in spec.required_dims if d not in self.dims]
             unknown = [d for d in self.dims if d not in spec.required_dims + spec.optional_dims]
@@ -165,11 +200,25 @@ class ProblemKey(BaseModel):
                 raise ValueError(f"op {self.op!r} needs dims {missing}, missing from dims")
             if unknown:
                 raise ValueError(f"op {self.op!r} takes no dims {unknown}")
-        elif not self.dims:
-            raise ValueError(f"op {self.op!r} needs at least one dim")
+        else:
+            self._check_free_dims()
         if self.op == "gemm":
             self._check_gemm_layout()
         return self
+
+    def _check_free_dims(self) -> None:
+        if not self.dims:
+            raise ValueError(f"op {self.op!r} needs at least one dim")
+        if len(self.dims) > MAX_FREE_DIMS:
+            raise ValueError(
+                f"op {self.op!r} takes at most {MAX_FREE_DIMS} dims, got {len(self.dims)}"
+            )
+        bad = [name for name in self.dims if not DIM_NAME.match(name)]
+        if bad:
+            raise ValueError(
+                f"dims {bad} of op {self.op!r}: a dim name is a lowercase letter, "
+                "then up to 31 of a-z, 0-9, _"
+            )
 
     def _check_gemm_layout(self) -> None:
         lda_min, ldb_min, ldc_min = self._packed_lds()

@@ -167,6 +167,7 @@ class PriorCandidate(Strict):
     samples: int = 0
     runs: int = 0
     source: PriorSource
+    # The probability that this candidate is within 3% of the best (calibrated out of fold).
     confidence: float = Field(ge=0.0, le=1.0)
 
 
@@ -179,6 +180,8 @@ class Prior(Strict):
     source: PriorSource | None = None
     candidates: list[PriorCandidate] = Field(default_factory=list)
     reason: str | None = None
+    # Why the candidates are in their order, when it is not the order of predicted_us.
+    rationale: str | None = None
 
 
 class PriorBatchRequest(Strict):

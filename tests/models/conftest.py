@@ -47,4 +47,4 @@ def convolution_data(convolution_runs: list[ProbeRun]) -> TuningData:
     return TuningData.from_runs(convolution_runs)
 
 
-FAST_MODEL = {"n_estimators": 30, "num_leaves": 15, "max_group_rows": 256}
+FAST_MODEL = {"n_estimators": 30, "num_leaves": 15, "max_group_rows": 256, "n_jobs": 1}

@@ -26,6 +26,17 @@ def test_holdout_report_has_the_promised_shape(convolution_data: TuningData) -> 
     # A6000's nearest by spec is the A4000, whose ranking is close: it must beat random.
     assert report["baseline_nearest"]["score_at_5"] > report["baseline_random"]["score_at_5"]
     assert report["policy"]["lead_sources"] == ["nearest"]
+    # The served policy was chosen on the three training GPUs, never on the A6000.
+    folds = report["policy_choice"]["folds"]
+    assert [f["holdout"] for f in folds] == [
+        "AMD Radeon PRO W7800",
+        "NVIDIA A100 PCIe 40GB",
+        "NVIDIA RTX A4000",
+    ]
+    chosen = report["policy"]["name"]
+    for fold in folds:  # never below copying the nearest device on a training fold
+        for metric in ("score_at_1", "score_at_5"):
+            assert fold[chosen][metric] >= fold["baseline_nearest"][metric] - 1e-9
 
 
 def test_a_nearest_device_that_ran_few_of_the_candidates_does_not_lead(
@@ -39,7 +50,11 @@ def test_a_nearest_device_that_ran_few_of_the_candidates_does_not_lead(
         subsample(run, keep) if "A4000" in run.hardware.name else run for run in convolution_runs
     ]
     report = evaluate_holdout(
-        TuningData.from_runs(runs), "NVIDIA RTX A6000", op="convolution", model_params=FAST_MODEL
+        TuningData.from_runs(runs),
+        "NVIDIA RTX A6000",
+        op="convolution",
+        model_params=FAST_MODEL,
+        policy=BlendPolicy(),
     )
     assert report["policy"]["lead_sources"] == ["model"]
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from models.kernel_tuner import KernelTunerImportError, import_file
+from models.kernel_tuner import KernelTunerImportError, import_cache, import_file, op_of
 from models.sources import load_runs
 from tps.catalog import resolve
 from tps.cli.model import push_runs, write_jsonl
@@ -88,11 +88,70 @@ def test_run_ids_are_deterministic(tmp_path: Path) -> None:
     assert import_file(write(tmp_path / "c.json", doc)).run_id != a.run_id
 
 
-def test_unknown_kernels_and_devices_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(KernelTunerImportError, match="unregistered op"):
-        import_file(write(tmp_path / "k.json", small_cache("W7800", kernel="gemm_tc_kernel")))
-    with pytest.raises(Exception, match="unknown hardware"):
-        import_file(write(tmp_path / "Voodoo.json", small_cache("")))
+def test_any_kernel_becomes_a_user_defined_op(tmp_path: Path) -> None:
+    run = import_file(write(tmp_path / "k.json", small_cache("W7800", kernel="Stencil3D_kernel")))
+    assert run.problem.op == "stencil3d" and run.problem.variant == "Stencil3D_kernel"
+    # A kernel named like a built-in op keeps clear of its dims.
+    gemm = import_file(write(tmp_path / "g.json", small_cache("W7800", kernel="gemm")))
+    assert gemm.problem.op == "kt_gemm" and gemm.problem.dims == {"x": 4096, "y": 4096}
+    assert op_of("3x3 conv<float, 16>") == "k_3x3_conv_float_16"
+
+
+def test_a_device_missing_from_the_catalog_gets_a_guessed_spec(tmp_path: Path) -> None:
+    path = write(tmp_path / "Voodoo.json", small_cache("NVIDIA RTX A5500"))
+    imported = import_cache(path, hardware={"compute_units": 80, "l2_bytes": 6 * 2**20})
+    spec = imported.hardware.spec
+    assert spec.name == "NVIDIA RTX A5500" and spec.vendor == "nvidia"
+    assert spec.compute_units == 80  # given fields win over guesses
+    assert "compute_units" not in imported.hardware.guessed
+    assert {"arch", "mem_bandwidth_gbs", "peak_tflops"} <= set(imported.hardware.guessed)
+    assert imported.hardware.basis in {"NVIDIA RTX A4000", "NVIDIA RTX A6000"}
+    assert "guessed" in (imported.run.rationale or "")
+    whole = import_cache(path, hardware=spec.model_dump())
+    assert whole.hardware.guessed == () and whole.run.hardware == spec
+    # A catalog device guesses nothing.
+    assert import_cache(write(tmp_path / "A4000.json", small_cache(""))).hardware.guessed == ()
+
+
+def test_t4_results_files_import_with_the_kernel_named(tmp_path: Path) -> None:
+    legacy = small_cache("NVIDIA RTX A6000")
+    results = []
+    for record in legacy["cache"].values():
+        failed = isinstance(record["time"], str)
+        results.append({
+            "timestamp": record["timestamp"],
+            "configuration": {k: record[k] for k in legacy["tune_params_keys"]},
+            "times": {"compilation": 700.0, "runtimes": record["times"]},
+            "invalidity": "runtime" if failed else "correct",
+            "correctness": 0 if failed else 1,
+            "measurements": [{"name": "time", "value": record["time"], "unit": ""}],
+            "objectives": ["time"],
+        })  # fmt: skip
+    doc = {"schema_version": "1.0.0", "metadata": {"timeunit": "miliseconds"}, "results": results}
+    path = write(tmp_path / "t4.json", doc)
+    with pytest.raises(KernelTunerImportError, match="--kernel"):
+        import_cache(path, device="A6000")
+    t4 = import_cache(path, device="A6000", kernel="convolution_kernel", problem_size="4096x4096")
+    cache = import_file(write(tmp_path / "cache.json", legacy))
+    assert t4.run.problem == cache.problem
+    medians = {m.candidate.id: (m.valid, m.median_us) for m in t4.run.measurements}
+    assert medians == {m.candidate.id: (m.valid, m.median_us) for m in cache.measurements}
+    assert t4.run.winner_id == cache.winner_id
+
+
+def test_versioned_and_unfinished_cache_files_import(tmp_path: Path) -> None:
+    doc = {**small_cache("A4000"), "schema_version": "1.1.0", "objective": "time"}
+    versioned = import_file(write(tmp_path / "v.json", doc))
+    assert len(versioned.measurements) == 3
+    # A session still tuning has written records but not the closing braces.
+    text = json.dumps(small_cache("A4000"))
+    assert text.endswith("}}}")
+    text = text[:-2] + ",\n"
+    (tmp_path / "open.json").write_text(text)
+    assert len(import_file(tmp_path / "open.json").measurements) == 3
+    (tmp_path / "bad.json").write_text('{"cache": {"1": {"time": 0.5}, "2": tru')
+    with pytest.raises(KernelTunerImportError, match="not JSON"):
+        import_file(tmp_path / "bad.json")
 
 
 def test_probe_run_jsonl_round_trips_through_the_loader(tmp_path: Path) -> None:

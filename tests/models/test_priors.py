@@ -2,7 +2,8 @@ import pytest
 
 from models.bundle import ModelBundle, train_bundle
 from models.dataset import TuningData
-from models.priors import RankCache, family_winners, rank
+from models.policy import BlendPolicy
+from models.priors import RankCache, family_winners, rank, rationale
 from tests.models.conftest import FAST_MODEL
 from tps.catalog import resolve
 from tps.problem import ProblemKey
@@ -17,15 +18,40 @@ def test_unseen_hardware_gets_a_blended_ranking(
     bundle: ModelBundle, convolution_data: TuningData
 ) -> None:
     problem = next(iter(convolution_data.problems.values()))
-    close = rank(bundle, resolve("RTX 3090"), problem, limit=8)  # close to the RTX A6000
+    blend = BlendPolicy()  # nearest leads when close, the model otherwise; interleaved
+    close = rank(bundle, resolve("RTX 3090"), problem, limit=8, policy=blend)  # near the A6000
     assert len(close) == 8
     assert close[0].source == "nearest" and close[1].source == "model"
     assert close[0].score == 1.0 > close[1].score
     assert all(r.predicted_us and r.predicted_us > 0 for r in close)
-    far = rank(bundle, resolve("MI300X"), problem)
+    far = rank(bundle, resolve("MI300X"), problem, policy=blend)
     assert far[0].source == "model"
     assert len(far) == len(bundle.candidate_universe("convolution"))
-    assert 0 < far[0].confidence < close[0].confidence <= 1
+
+
+def test_the_bundle_serves_its_chosen_policy_with_calibrated_confidence(
+    bundle: ModelBundle, convolution_data: TuningData
+) -> None:
+    choice = bundle.policy_for("convolution")
+    assert choice is not None and choice.calibration is not None
+    # Chosen by leave-one-out over the four training GPUs, and it survives the artifact.
+    assert [f["holdout"] for f in choice.folds] == sorted(
+        convolution_data.hardware_labels().values()
+    )
+    loaded = ModelBundle.from_bytes(bundle.to_bytes()).policy_for("convolution")
+    assert loaded is not None and loaded.to_dict() == choice.to_dict()
+    problem = next(iter(convolution_data.problems.values()))
+    served = rank(bundle, resolve("MI300X"), problem, limit=16)
+    explicit = rank(bundle, resolve("MI300X"), problem, limit=16, policy=choice.policy)
+    assert served == explicit
+    confidence = [r.confidence for r in served]
+    assert all(0.0 < c < 1.0 for c in confidence)
+    assert len(set(confidence)) > 1  # a probability per candidate, not one number for all
+    why = rationale(bundle, "convolution", served)
+    predicted = [r.predicted_us for r in served]
+    assert (why is None) == (predicted == sorted(predicted))
+    if why is not None:
+        assert choice.policy.name in why and "predicted_us" in why
 
 
 def test_known_hardware_gets_its_observation(

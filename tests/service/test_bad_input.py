@@ -51,7 +51,12 @@ FIELD_ERRORS = [
         "runs.1.measurements.0.p10_us",
     ),
     ("dims do not fit op", _set("runs.0.problem.dims", {"m": 8, "n": 8}), "runs.0.problem"),
-    ("unknown op", _set("runs.0.problem.op", "fft"), "runs.0.problem"),
+    ("bad op name", _set("runs.0.problem.op", "FFT 2D!"), "runs.0.problem"),
+    (
+        "too many dims of a user-defined op",
+        _set("runs.0.problem", {"op": "fft", "dims": {f"d{i}": 2 for i in range(9)}}),
+        "runs.0.problem",
+    ),
     ("no measurements", _set("runs.0.measurements", []), "runs.0.measurements"),
     ("bad run id", _set("runs.0.run_id", "not-a-uuid"), "runs.0.run_id"),
 ]

@@ -65,7 +65,9 @@ def test_active_model_cache_reloads_on_activation_at_most_once_per_interval(
     runs = tuning_runs(["RTX A4000", "W6600"], variant="cache_test")
     versions = []
     for seed in (0, 1):
-        artifact = train_bundle(runs, model_params={"n_estimators": 3}, seed=seed).to_bytes()
+        artifact = train_bundle(
+            runs, model_params={"n_estimators": 3, "n_jobs": 1}, seed=seed, select_policy=False
+        ).to_bytes()
         versions.append(
             repository.add_version(
                 db_session,

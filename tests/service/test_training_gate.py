@@ -13,6 +13,7 @@ from services.profiler_api.training.service import (
     gate,
     holdout_for,
     subsample_candidates,
+    versus_nearest,
 )
 from tests.factories import tuning_runs
 
@@ -37,6 +38,16 @@ def test_gate_passes_within_tolerance_and_names_what_got_worse() -> None:
 def test_floor_rejects_a_ranking_worse_than_random_order() -> None:
     assert floor(_report(0.5, 0.6, random_s5=0.5)) == []
     assert "below random order" in floor(_report(0.3, 0.4, random_s5=0.5))[0]
+
+
+def test_the_served_ranking_must_match_copying_the_nearest_device() -> None:
+    report = {**_report(0.80, 0.95), "baseline_nearest": {"score_at_1": 0.80, "score_at_5": 0.9}}
+    assert versus_nearest(report) == []
+    report["baseline_nearest"]["score_at_5"] = 0.96
+    (reason,) = versus_nearest(report)
+    assert "score_at_5 0.9500" in reason and "nearest device" in reason and "0.9600" in reason
+    # No nearest device (nothing else measured the problem): nothing to compare with.
+    assert versus_nearest({**_report(0.1, 0.2), "baseline_nearest": {}}) == []
 
 
 def test_subsample_keeps_the_same_candidates_on_every_hardware() -> None:

@@ -36,6 +36,16 @@ DataPaths = Annotated[
     ),
 ]
 Seed = Annotated[int, typer.Option(help="seed of the model, the families and the baselines")]
+Threads = Annotated[
+    int | None,
+    typer.Option(min=1, help="LightGBM threads (1 is fastest on a box other jobs share)"),
+]
+
+
+def model_params(n_estimators: int | None, threads: int | None) -> dict[str, int] | None:
+    """Return the LatencyModel parameters the options set (None: the model's defaults)."""
+    params = {"n_estimators": n_estimators, "n_jobs": threads}
+    return {k: v for k, v in params.items() if v is not None} or None
 
 
 def _batches(runs: list[ProbeRun]) -> list[bytes]:
@@ -127,10 +137,51 @@ def write_jsonl(runs: list[ProbeRun], path: Path) -> None:
             out.write(run.model_dump_json() + "\n")
 
 
+def hardware_fields(spec_file: Path | None, fields: list[str]) -> dict[str, object]:
+    """Return spec fields from a JSON file and `key=value` options (the options win)."""
+    given: dict[str, object] = {}
+    if spec_file is not None:
+        try:
+            doc = json.loads(spec_file.read_text())
+        except (OSError, ValueError) as exc:
+            raise typer.BadParameter(f"--hardware-spec {spec_file}: {exc}") from exc
+        if not isinstance(doc, dict):
+            raise typer.BadParameter(f"--hardware-spec {spec_file}: not a JSON object")
+        given.update(doc)
+    for field in fields:
+        key, sep, value = field.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"--hardware {field!r}: expected FIELD=VALUE")
+        try:
+            given[key.strip()] = json.loads(value)
+        except ValueError:
+            given[key.strip()] = value  # a bare string: a name, an arch
+    return given
+
+
 def import_kernel_tuner(
     files: Annotated[list[Path], typer.Argument(help="Kernel Tuner cache files or directories")],
     device: Annotated[
         str | None, typer.Option(help="device name for every file (default: header, else stem)")
+    ] = None,
+    hardware_spec: Annotated[
+        Path | None,
+        typer.Option(
+            help="JSON file of HardwareSpec fields (all or some) for a device the catalog "
+            "lacks; fields not given are guessed from the most similar catalog entry"
+        ),
+    ] = None,
+    hardware: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="a HardwareSpec field as FIELD=VALUE (compute_units=84); repeat for several"
+        ),
+    ] = None,
+    kernel: Annotated[
+        str | None, typer.Option(help="kernel name (needed for T4 files, which name none)")
+    ] = None,
+    problem_size: Annotated[
+        str | None, typer.Option(help="problem size such as 4096x4096 (T4 files record none)")
     ] = None,
     push: Annotated[
         str | None, typer.Option(help="service base URL to POST /v1/probe-runs to")
@@ -148,33 +199,51 @@ def import_kernel_tuner(
         Path | None, typer.Option(help="also write the runs as ProbeRun JSON Lines (.jsonl.gz)")
     ] = None,
 ) -> None:
-    """Convert Kernel Tuner cache files into probe runs, and push or store them.
+    """Convert Kernel Tuner files (cache or T4) of any kernel into probe runs; push or store them.
 
-    Each cache file becomes one probe run (one problem on one GPU, every configuration measured).
+    A device the catalog lacks takes its spec from --hardware-spec / --hardware, and the
+    fields neither gives are guessed; the table says which.
 
     Examples:
       tps import kernel-tuner benchmarks/data/kernel_tuner --out runs.jsonl.gz
       TPS_TOKEN=... tps import kernel-tuner caches/ --push http://127.0.0.1:8000
     """
-    from models.kernel_tuner import import_file
+    from pydantic import ValidationError
+
+    from models.kernel_tuner import import_cache
     from models.sources import KERNEL_TUNER_SUFFIXES, data_files
+    from tps.errors import TPSError
 
     if push and not token:
         raise typer.BadParameter("--push needs --token (or TPS_TOKEN)")
+    given = hardware_fields(hardware_spec, hardware or [])
     paths = [p for p in data_files(files) if p.name.endswith(KERNEL_TUNER_SUFFIXES)]
-    runs = [import_file(p, device=device) for p in paths]
-    table = Table("file", "device", "problem", "configs", "failed", "run id")
-    for path, run in zip(paths, runs, strict=True):
+    try:
+        imported = [
+            import_cache(p, device=device, hardware=given, kernel=kernel, problem_size=problem_size)
+            for p in paths
+        ]
+    except (TPSError, ValidationError) as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    table = Table("file", "device", "problem", "configs", "failed", "guessed spec fields", "run id")
+    for item in imported:
+        run = item.run
         failed = sum(not m.valid for m in run.measurements)
+        guessed = item.hardware.guessed
         table.add_row(
-            path.name,
+            item.path.name,
             run.hardware.name,
             run.problem.canonical(),
             str(len(run.measurements)),
             str(failed),
+            f"{', '.join(guessed)} (from {item.hardware.basis})" if guessed else "-",
             str(run.run_id),
         )
     console.print(table)
+    for item in imported:
+        if item.hardware.guessed:
+            console.print(f"{item.path.name}: {item.hardware.describe()}", soft_wrap=True)
+    runs = [item.run for item in imported]
     if out:
         write_jsonl(runs, out)
         console.print(f"wrote {len(runs)} runs to {out}")
@@ -237,12 +306,17 @@ def evaluate(
     op: Annotated[str | None, typer.Option(help="only this op family")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
     plot: Annotated[Path | None, typer.Option(help="write a PNG of score@k, k = 1..20")] = None,
+    n_estimators: Annotated[
+        int | None, typer.Option(min=1, help="trees per booster (default: the model's)")
+    ] = None,
+    threads: Threads = None,
     seed: Seed = 0,
 ) -> None:
     """Train without the held-out hardware and rank every candidate for it.
 
-    Reports score@k, regret and probes to within 3% for the model, the served policy, and the
-    nearest-GPU and random baselines.
+    The served policy is chosen by leave-one-out over the training hardware only (nested);
+    the report gives the model, the served policy, the nearest-device and random baselines,
+    and the served confidence's Brier score and reliability table.
 
     Examples:
       tps evaluate --data benchmarks/data/kernel_tuner --holdout W7800
@@ -259,10 +333,14 @@ def evaluate(
     ops = [op] if op else tuning.ops
     if op and op not in tuning.ops:
         raise typer.BadParameter(f"no data for op {op!r}; found {tuning.ops}")
+    params = model_params(n_estimators, threads)
     if all_holdouts:
-        reports = leave_one_out(tuning, ops=ops, seed=seed)
+        reports = leave_one_out(tuning, ops=ops, seed=seed, model_params=params)
     else:
-        reports = [evaluate_holdout(tuning, holdout or "", op=o, seed=seed) for o in ops]
+        reports = [
+            evaluate_holdout(tuning, holdout or "", op=o, seed=seed, model_params=params)
+            for o in ops
+        ]
     if plot:
         plot_score_at_k(reports, plot)
     if as_json:
@@ -285,6 +363,10 @@ def train(
     dask_scheduler: Annotated[
         str | None, typer.Option(help="Dask scheduler address: train on the cluster")
     ] = None,
+    n_estimators: Annotated[
+        int | None, typer.Option(min=1, help="trees per booster (default: the model's)")
+    ] = None,
+    threads: Threads = None,
     seed: Seed = 0,
 ) -> None:
     """Train one model per op family and write the artifact (prints its checksum).
@@ -307,7 +389,8 @@ def train(
 
         client = Client(dask_scheduler)
     try:
-        bundle = train_bundle(tuning, seed=seed, client=client)
+        params = model_params(n_estimators, threads)
+        bundle = train_bundle(tuning, seed=seed, client=client, model_params=params)
     finally:
         if client is not None:
             client.close()

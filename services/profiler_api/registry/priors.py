@@ -27,6 +27,10 @@ from tps.schemas import Prior, PriorCandidate
 
 MEMO_SIZE = 4096
 FAMILY_CONFIDENCE = 0.5
+FAMILY_RATIONALE = (
+    "ordered by the measured winners of the problem's shape family (k-means on its dims, "
+    "this hardware's own measurements first); predicted_us is the {op} model's estimate"
+)
 
 
 class _Memo:
@@ -69,7 +73,11 @@ class _Memo:
         return prior
 
 
-def _prior(query: PriorQuery, entries: list[tuple[Candidate, float | None, str, float]]) -> Prior:
+def _prior(
+    query: PriorQuery,
+    entries: list[tuple[Candidate, float | None, str, float]],
+    rationale: str | None = None,
+) -> Prior:
     candidates = [
         PriorCandidate(
             candidate_id=candidate.id,
@@ -82,7 +90,12 @@ def _prior(query: PriorQuery, entries: list[tuple[Candidate, float | None, str, 
         for rank, (candidate, predicted, source, confidence) in enumerate(entries)
     ]
     return query.empty("").model_copy(
-        update={"source": candidates[0].source, "candidates": candidates, "reason": None}
+        update={
+            "source": candidates[0].source,
+            "candidates": candidates,
+            "reason": None,
+            "rationale": rationale,
+        }
     )
 
 
@@ -118,7 +131,9 @@ class _ModelSource:
             )
         ranked = model_priors.rank(loaded.bundle, query.hardware, query.problem, limit=query.limit)
         return _prior(
-            query, [(r.candidate, r.predicted_us, r.source, r.confidence) for r in ranked]
+            query,
+            [(r.candidate, r.predicted_us, r.source, r.confidence) for r in ranked],
+            model_priors.rationale(loaded.bundle, query.problem.op, ranked),
         )
 
 
@@ -147,13 +162,16 @@ class FamilyPriors(_ModelSource):
         # Far from every family centre, the family says less about this shape.
         confidence = round(FAMILY_CONFIDENCE * math.exp(-distance / 4.0), 4)
         predicted = bundle.models[problem.op].predict_frame(query.hardware, problem, winners)
-        return _prior(
-            query,
-            [
-                (c, float(us) if np.isfinite(us) else None, "family", confidence)
-                for c, us in zip(winners, predicted["predicted_us"], strict=True)
-            ],
+        entries = [
+            (c, float(us) if np.isfinite(us) else None, "family", confidence)
+            for c, us in zip(winners, predicted["predicted_us"], strict=True)
+        ]
+        ordered = all(
+            a[1] is not None and b[1] is not None and a[1] <= b[1]
+            for a, b in zip(entries, entries[1:], strict=False)
         )
+        why = None if ordered else FAMILY_RATIONALE.format(op=problem.op)
+        return _prior(query, entries, why)
 
 
 def register() -> None:

@@ -19,6 +19,7 @@ from models.bundle import ModelBundle
 from models.dataset import TuningData
 from models.evaluation import evaluate_group
 from models.plots import plot_score_at_k
+from models.policy import DEFAULT_POLICY
 from services.profiler_api.auth.service import Role
 from services.profiler_api.db import make_engine
 from services.profiler_api.demo import DemoContext, DemoFailed, DemoStep
@@ -137,7 +138,9 @@ class ModelDemo:
             rows = data.frame[(data.frame["op"] == op)]
             # The served universe: the configurations the model was trained to rank.
             group = rows[rows["candidate_id"].isin(model.candidates_)].reset_index(drop=True)
-            result = evaluate_group(model, data, group)
+            choice = bundle.policy_for(op)
+            served = choice.policy if choice is not None else DEFAULT_POLICY
+            result = evaluate_group(model, data, group, policy=served, choice=choice)
             reports.append(
                 {
                     "op": op,

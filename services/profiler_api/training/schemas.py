@@ -8,12 +8,13 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from tps.bounds import NO_NUL, NotText, preview
-from tps.problem import OPS
+from tps.bounds import NO_NUL, NotText
+from tps.problem import OP_NAME, op_spec
 
 
 def _known_ops_schema(schema: dict[str, Any]) -> None:
-    schema["enum"] = sorted(OPS)
+    # Built-in ops and user-defined ones share one name rule.
+    schema["pattern"] = OP_NAME.pattern
 
 
 class RetrainParams(BaseModel):
@@ -51,10 +52,9 @@ class RetrainParams(BaseModel):
 
     @field_validator("ops")
     @classmethod
-    def _known_ops(cls, ops: list[str] | None) -> list[str] | None:
-        unknown = [op for op in ops or [] if op not in OPS]
-        if unknown:
-            raise ValueError(f"unknown ops {preview(unknown)}; known: {sorted(OPS)}")
+    def _valid_op_names(cls, ops: list[str] | None) -> list[str] | None:
+        for op in ops or []:
+            op_spec(op)  # built in, or a valid name of a user-defined op
         return sorted(set(ops)) if ops else None
 
 

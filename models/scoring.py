@@ -1,0 +1,135 @@
+"""Score the rankings of one held-out (hardware, problem): the model's, the served policy's,
+the baselines' and every candidate policy's, with the calibration rows of each."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import pandas as pd
+
+from models.calibration import CALIBRATION_TOP, calibration_features, flat_share
+from models.dataset import TuningData
+from models.estimator import LatencyModel
+from models.metrics import NEAR_OPTIMUM, RankingScores, mean_scores, ranking_scores, scores_at_ks
+from models.policy import CANDIDATE_POLICIES, BlendPolicy, blended_order, source_rankings
+
+N_RANDOM_ORDERS = 32
+SCORE_KS = range(1, 21)
+
+
+class Calibrated(Protocol):
+    """What evaluate_group needs of a policy choice: its calibration, if it has one."""
+
+    @property
+    def calibration(self) -> Any: ...
+
+
+@dataclass
+class GroupResult:
+    """Figures of every ranking for one held-out (hardware, problem)."""
+
+    scores: dict[str, RankingScores]
+    curves: dict[str, list[float]]
+    n_candidates: int
+    policy_sources: list[str] = field(default_factory=list)
+    # Every candidate policy's figures, by name (what selection compares).
+    candidates: dict[str, RankingScores] = field(default_factory=dict)
+    # Per candidate policy: calibration features and outcomes of its first positions.
+    calibration_rows: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    # The served policy's calibrated confidences and outcomes, when a calibration was given.
+    confidence: tuple[np.ndarray, np.ndarray] | None = None
+
+
+def _random_scores(true_us: np.ndarray, seed: int) -> tuple[RankingScores, list[float]]:
+    rng = np.random.default_rng(seed)
+    orders = [rng.permutation(len(true_us)) for _ in range(N_RANDOM_ORDERS)]
+    runs = [ranking_scores(true_us, o) for o in orders]
+    mean = mean_scores(runs)
+    curve = np.mean([scores_at_ks(true_us, o, SCORE_KS) for o in orders], axis=0)
+    probes = mean["probes_to_3pct"]
+    return (
+        RankingScores(
+            score_at_1=mean["score_at_1"] or 0.0,
+            score_at_5=mean["score_at_5"] or 0.0,
+            regret_at_1=mean["regret_at_1"],
+            probes_to_3pct=round(probes) if probes is not None else None,
+            spearman=mean["spearman"],
+            median_ape=None,
+        ),
+        [float(x) for x in curve],
+    )
+
+
+def _near_best(true_us: np.ndarray) -> np.ndarray:
+    t = np.where(np.isfinite(true_us), true_us, np.inf)
+    return t <= t.min() * (1.0 + NEAR_OPTIMUM)
+
+
+def evaluate_group(
+    model: LatencyModel,
+    data: TuningData,
+    group: pd.DataFrame,
+    *,
+    policy: BlendPolicy,
+    choice: Calibrated | None = None,
+    seed: int = 0,
+) -> GroupResult:
+    """Rank every candidate measured in `group` (one held-out hardware and problem).
+
+    Scores the model, the served `policy`, the baselines, and every candidate policy; with
+    a `choice` that carries a calibration, also the served confidences against the truth.
+    """
+    hw_key = group["hw_key"].iloc[0]
+    problem = data.problems[group["problem_hash"].iloc[0]]
+    hardware = data.hardware[hw_key]
+    candidates = [data.candidates[c] for c in group["candidate_id"]]
+    true_us = group["median_us"].to_numpy(dtype=float)
+    frame = model.predict_frame(hardware, problem, candidates)
+    rankings = source_rankings(model, hardware, problem, frame)
+    predicted = frame["predicted_us"].to_numpy()
+    policy_order, sources = blended_order(rankings, policy)
+    scores = {
+        "model": ranking_scores(true_us, rankings.orders["model"], predicted),
+        "policy": ranking_scores(true_us, policy_order, predicted),
+    }
+    curves = {
+        "model": scores_at_ks(true_us, rankings.orders["model"], SCORE_KS),
+        "policy": scores_at_ks(true_us, policy_order, SCORE_KS),
+    }
+    if "nearest" in rankings.orders and rankings.nearest_key is not None:
+        ref = model.reference_
+        copied = ref.median_us.loc[(rankings.nearest_key, ref.closest_problem(problem))]
+        copied_us = copied.reindex(group["candidate_id"]).to_numpy()
+        scores["baseline_nearest"] = ranking_scores(true_us, rankings.orders["nearest"], copied_us)
+        curves["baseline_nearest"] = scores_at_ks(true_us, rankings.orders["nearest"], SCORE_KS)
+    scores["baseline_random"], curves["baseline_random"] = _random_scores(true_us, seed)
+    near_best = _near_best(true_us)
+    result = GroupResult(
+        scores=scores, curves=curves, n_candidates=len(group), policy_sources=sources[:5]
+    )
+    for candidate in CANDIDATE_POLICIES:
+        order, _ = blended_order(rankings, candidate)
+        result.candidates[candidate.name] = ranking_scores(true_us, order)
+        top = order[:CALIBRATION_TOP]
+        result.calibration_rows[candidate.name] = (
+            _features(rankings, top, frame),
+            near_best[top].astype(int),
+        )
+    if choice is not None and choice.calibration is not None:
+        top = policy_order[:CALIBRATION_TOP]
+        confidence = choice.calibration.predict(_features(rankings, top, frame))
+        result.confidence = (confidence, near_best[top].astype(int))
+    return result
+
+
+def _features(rankings: Any, order: np.ndarray, frame: pd.DataFrame) -> np.ndarray:
+    ref_near = frame["ref_near"].to_numpy() if "ref_near" in frame else None
+    return calibration_features(
+        positions=np.arange(len(order)),
+        nearest_distance=rankings.nearest_distance,
+        model_score=frame["score"].to_numpy()[order],
+        nearest_log_rel=None if ref_near is None else ref_near[order],
+        nearest_flat=flat_share(ref_near),
+    )

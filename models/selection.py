@@ -1,0 +1,247 @@
+"""Choose the served policy, and calibrate its confidence, from training data alone.
+
+For each configuration of the training data in turn, a model trained on the others ranks
+its candidates; every candidate policy (models.policy.CANDIDATE_POLICIES) is scored on those
+rankings against the nearest-device baseline. The policy served is the one with the best mean
+score@1 + score@5 among those at least as good as nearest at both on every fold; the most
+conservative (copying nearest) always qualifies, so the choice never needs the held-out data.
+The confidence calibration is fit on the same out-of-fold rankings.
+
+Evaluation nests this inside its own leave-one-out (models.evaluation), and the bundle runs it
+over all the data it trains on (models.bundle), so that what is served is chosen the way it
+was measured.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from models.calibration import Calibration
+from models.dataset import TuningData, hardware_label
+from models.estimator import LatencyModel
+from models.metrics import mean_scores
+from models.policy import CANDIDATE_POLICIES, DEFAULT_POLICY, BlendPolicy
+from models.scoring import GroupResult, evaluate_group
+from tps.catalog import UnknownHardwareError, normalise_name, resolve
+from tps.errors import TPSError
+
+log = logging.getLogger(__name__)
+GATE_METRICS = ("score_at_1", "score_at_5")
+TIE = 1e-9
+
+
+class EvaluationError(TPSError):
+    """An evaluation that cannot be run as asked."""
+
+    status_code = 422
+
+
+def match_hardware(data: TuningData, name: str) -> list[str]:
+    """Return the hw_keys whose label or product name matches `name` (catalog aliases too)."""
+    wanted = {normalise_name(name)}
+    try:
+        wanted.add(normalise_name(resolve(name).name))
+    except UnknownHardwareError:
+        pass
+    keys = [
+        key
+        for key, spec in data.hardware.items()
+        if normalise_name(hardware_label(spec)) in wanted
+        or (spec.unit_limit is None and normalise_name(spec.name) in wanted)
+    ]
+    if not keys:
+        known = ", ".join(sorted(set(data.hardware_labels().values())))
+        raise EvaluationError(f"no hardware matches {name!r}; known: {known}")
+    return sorted(keys)
+
+
+def configurations(data: TuningData) -> list[str]:
+    """Return the holdout names of `data`: labels, or `label/dtype` where dtypes vary."""
+    dtype_of = {k: p.dtype for k, p in data.problems.items()}
+    pairs = data.frame[["hw_label", "problem_hash"]].drop_duplicates()
+    pairs = pairs.assign(dtype=pairs["problem_hash"].map(dtype_of))
+    names = []
+    for label, rows in pairs.groupby("hw_label", sort=True):
+        dtypes = sorted(rows["dtype"].unique())
+        names.extend([f"{label}/{d}" for d in dtypes] if len(dtypes) > 1 else [label])
+    return names
+
+
+def holdout_mask(data: TuningData, holdout: str) -> tuple[pd.Series, list[str]]:
+    """Return the rows of configuration `holdout` (`name` or `name/dtype`) and its hw_keys."""
+    name, _, dtype = holdout.partition("/")
+    held = match_hardware(data, name)
+    mask = data.frame["hw_key"].isin(held)
+    if dtype:
+        dtypes = data.frame["problem_hash"].map({k: p.dtype for k, p in data.problems.items()})
+        mask &= dtypes == dtype
+    return mask, held
+
+
+class FoldModels:
+    """Models of one op trained without some configurations, each trained once.
+
+    The nested folds of a leave-one-out repeat themselves: holding out A then B trains on
+    the same rows as holding out B then A. Keyed by the set of rows left out.
+    """
+
+    def __init__(
+        self,
+        data: TuningData,
+        *,
+        op: str,
+        model_params: dict[str, Any] | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.data = data.for_op(op)
+        self.op = op
+        self.model_params = model_params or {}
+        self.seed = seed
+        self._models: dict[frozenset[int], LatencyModel] = {}
+
+    def mask(self, names: tuple[str, ...]) -> pd.Series:
+        """Return the rows of every configuration in `names`."""
+        out = pd.Series(False, index=self.data.frame.index)
+        for name in names:
+            out |= holdout_mask(self.data, name)[0]
+        return out
+
+    def without(self, names: tuple[str, ...]) -> LatencyModel:
+        """Return the model trained on every row outside the configurations `names`."""
+        left_out = self.mask(names)
+        key = frozenset(np.flatnonzero(left_out.to_numpy()).tolist())
+        if key not in self._models:
+            train = self.data.subset(~left_out)
+            if train.frame.empty:
+                raise EvaluationError(f"nothing left to train on without {list(names)}")
+            log.debug("training %s without %s", self.op, names)
+            self._models[key] = LatencyModel(op=self.op, seed=self.seed, **self.model_params).fit(
+                train
+            )
+        return self._models[key]
+
+
+@dataclass
+class PolicyChoice:
+    """The served policy, why it was chosen, and the calibration of its confidence."""
+
+    policy: BlendPolicy
+    rule: str
+    calibration: Calibration | None = None
+    folds: list[dict[str, Any]] = field(default_factory=list)
+
+    def describe(self) -> dict[str, Any]:
+        """Return the choice as a report shows it."""
+        return {
+            "name": self.policy.name,
+            "rule": self.rule,
+            "folds": self.folds,
+            "calibrated": self.calibration is not None,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy.to_dict(),
+            "rule": self.rule,
+            "folds": self.folds,
+            "calibration": self.calibration.to_dict() if self.calibration else None,
+        }
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> PolicyChoice:
+        calibration = doc.get("calibration")
+        return cls(
+            policy=BlendPolicy(**doc["policy"]),
+            rule=str(doc.get("rule", "")),
+            calibration=Calibration.from_dict(calibration) if calibration else None,
+            folds=list(doc.get("folds", [])),
+        )
+
+
+def _fold(model: LatencyModel, data: TuningData, mask: pd.Series, seed: int) -> list[GroupResult]:
+    test = data.frame[mask]
+    return [
+        evaluate_group(model, data, group, policy=DEFAULT_POLICY, seed=seed)
+        for _, group in test.groupby(["hw_key", "problem_hash"], sort=True)
+    ]
+
+
+def choose_policy(
+    models: FoldModels, *, outer: tuple[str, ...] = (), seed: int = 0
+) -> PolicyChoice:
+    """Choose among CANDIDATE_POLICIES by leave-one-out over the configurations left after
+    `outer` (never looking at `outer`'s rows), and calibrate the chosen one's confidence."""
+    data = models.data
+    remaining = data.subset(~models.mask(outer)) if outer else data
+    inner = configurations(remaining)
+    if len(inner) < 2:
+        return PolicyChoice(
+            policy=DEFAULT_POLICY,
+            rule=f"default: {len(inner)} known configuration(s), too few for leave-one-out",
+        )
+    folds: list[dict[str, Any]] = []
+    per_fold: list[list[GroupResult]] = []
+    for name in inner:
+        model = models.without((*outer, name))
+        results = _fold(model, data, models.mask((name,)) & ~models.mask(outer), seed)
+        per_fold.append(results)
+        nearest = mean_scores(
+            [r.scores["baseline_nearest"] for r in results if "baseline_nearest" in r.scores]
+        )
+        fold: dict[str, Any] = {
+            "holdout": name,
+            "baseline_nearest": {m: nearest.get(m) for m in GATE_METRICS},
+        }
+        for candidate in CANDIDATE_POLICIES:
+            scores = mean_scores([r.candidates[candidate.name] for r in results])
+            figures: dict[str, float | None] = {m: scores.get(m) for m in GATE_METRICS}
+            figures["probes_share"] = float(
+                np.mean([_probe_share(r, r.candidates[candidate.name]) for r in results])
+            )
+            fold[candidate.name] = figures
+        folds.append(fold)
+    chosen = _best(folds)
+    rows = [r.calibration_rows[chosen.name] for results in per_fold for r in results]
+    calibration = Calibration.fit(
+        np.concatenate([X for X, _ in rows]), np.concatenate([y for _, y in rows]), seed=seed
+    )
+    rule = (
+        f"leave-one-out over {len(inner)} training configurations: of the policies at least "
+        "as good as copying the nearest device at score@1 and score@5 on every fold, the best "
+        "mean score@1 + score@5, the first listed on a tie"
+    )
+    return PolicyChoice(policy=chosen, rule=rule, calibration=calibration, folds=folds)
+
+
+def _probe_share(result: GroupResult, scores: Any) -> float:
+    """Return the share of the candidates probed before one is within 3% of the best."""
+    return (scores.probes_to_3pct or result.n_candidates) / result.n_candidates
+
+
+def _margin(fold: dict[str, Any], name: str) -> float:
+    """Return how far policy `name` is above nearest on its worse metric in one fold."""
+    margins = []
+    for metric in GATE_METRICS:
+        base = fold["baseline_nearest"].get(metric)
+        if base is not None:
+            margins.append((fold[name].get(metric) or 0.0) - base)
+    return min(margins) if margins else 0.0
+
+
+def _best(folds: list[dict[str, Any]]) -> BlendPolicy:
+    def key(indexed: tuple[int, BlendPolicy]) -> tuple[bool, float, int]:
+        index, candidate = indexed
+        safe = all(_margin(f, candidate.name) >= -TIE for f in folds)
+        mean = float(
+            np.mean([sum(f[candidate.name].get(m) or 0.0 for m in GATE_METRICS) for f in folds])
+        )
+        # Never below nearest on a fold first; then the best mean score@1 + score@5; at an
+        # equal mean, the first in CANDIDATE_POLICIES.
+        return safe, round(mean, 6), -index
+
+    return max(enumerate(CANDIDATE_POLICIES), key=key)[1]
