@@ -82,7 +82,8 @@ def dims_doc() -> str:
 
 
 MAX_DIM = 2**31 - 1  # what BLAS and torch index with; also keeps products far from overflow
-MAX_FREE_DIMS = 8
+MAX_FREE_DIMS = 8  # of a user-defined op
+MAX_DIMS = 16  # of any op (conv2d names 11)
 Dim = Annotated[int, Field(gt=0, le=MAX_DIM), NotText]
 Stride = Annotated[int, Field(ge=0, le=2**62), NotText]
 
@@ -111,7 +112,14 @@ def _dims_schema() -> dict[str, Any]:
     clauses.append(
         {  # a user-defined op names its own dims
             "if": {"properties": {"op": {"not": {"enum": builtin}}}, "required": ["op"]},
-            "then": {"properties": {"dims": {"propertyNames": {"pattern": DIM_NAME.pattern}}}},
+            "then": {
+                "properties": {
+                    "dims": {
+                        "propertyNames": {"pattern": DIM_NAME.pattern},
+                        "maxProperties": MAX_FREE_DIMS,
+                    }
+                }
+            },
         }
     )
     return {"allOf": clauses}
@@ -163,7 +171,7 @@ class ProblemKey(BaseModel):
     dtype: Dtype = "fp32"
     dims: dict[Key, Dim] = Field(
         min_length=1,
-        max_length=MAX_FREE_DIMS,
+        max_length=MAX_DIMS,
         json_schema_extra={"additionalProperties": False},
         description=dims_doc(),
         examples=[{"m": 4096, "n": 4096, "k": 4096}, {"rows": 8192, "cols": 4096}],

@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import LiveService
 from tests.factories import batch_dict, hardware_spec, probe_run, unique_problem
+from tps.problem import OP_NAME
 
 Batch = dict[str, Any]
 MIB = 1024 * 1024
@@ -65,7 +66,7 @@ BAD_VALUES: list[tuple[str, Callable[[Batch], None], str]] = [
         _set("runs.0.problem", {"op": "convolution", "dims": {"d" * 2800: 4}}),
         "dims",
     ),
-    ("unknown op", _set("runs.0.problem.op", "fft"), "runs.0.problem.op"),
+    ("unknown op", _set("runs.0.problem.op", "FFT v2!"), "runs.0.problem.op"),
 ]
 
 
@@ -182,9 +183,12 @@ def test_trace_is_a_405_with_allow(live_service: LiveService) -> None:
 def test_the_schema_publishes_known_ops_and_their_dims(live_service: LiveService) -> None:
     with live_service.client() as client:
         problem = client.get("/openapi.json").json()["components"]["schemas"]["ProblemKey"]
-    assert "gemm" in problem["properties"]["op"]["enum"]
-    gemm = next(c for c in problem["allOf"] if c["if"]["properties"]["op"]["const"] == "gemm")
+    # Built-in ops and user-defined ones (imported kernels) share one name rule.
+    assert problem["properties"]["op"]["pattern"] == OP_NAME.pattern
+    gemm = next(c for c in problem["allOf"] if c["if"]["properties"]["op"].get("const") == "gemm")
     assert gemm["then"]["properties"]["dims"]["required"] == ["m", "n", "k"]
+    user = next(c for c in problem["allOf"] if "not" in c["if"]["properties"]["op"])
+    assert "gemm" in user["if"]["properties"]["op"]["not"]["enum"]
 
 
 def test_concatenated_gzip_members_are_one_body(live_service: LiveService) -> None:
