@@ -197,7 +197,7 @@ def test_activate_rolls_back_and_priors_follow(
     assert served_second != served_first
 
 
-def _eventually(service: LiveService, problem: Any, wanted: Any, deadline_s: float = 5.0) -> Prior:
+def _eventually(service: LiveService, problem: Any, wanted: Any, deadline_s: float = 15.0) -> Prior:
     deadline = time.monotonic() + deadline_s
     while True:
         prior = _prior(service, UNSEEN, problem)
