@@ -17,10 +17,8 @@ import logging
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
-from agents.cache import ProbeCache
 from agents.runtime.dispatch import AdmissionSettings, Mode, Route, Runtime, RuntimeStats
 from agents.runtime.session import RuntimeSession, open_session
 
@@ -100,9 +98,3 @@ def untune(model: Any) -> None:
 def _is_conv1d(module: Any) -> bool:
     # transformers' Conv1D: y = addmm(bias, x, W) with W stored [in, out].
     return type(module).__name__ == "Conv1D" and hasattr(module, "nf")
-
-
-def load_cache(cache: str | Path | ProbeCache | None) -> ProbeCache | None:
-    if cache is None or isinstance(cache, ProbeCache):
-        return cache
-    return ProbeCache.load(cache)
