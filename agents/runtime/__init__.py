@@ -89,7 +89,12 @@ def tune(model: Any, session: RuntimeSession | None = None, **options: Any) -> R
 
 
 def untune(model: Any) -> None:
-    """Give `model`'s layers their own forward back."""
+    """Give `model`'s layers their own forward back, for good."""
+    from agents.runtime import patching
+
+    layers = {id(m) for m in model.modules()}
+    for rt in patching.RUNTIMES:  # settled layers stay settled
+        rt.settled = [(ref, f) for ref, f in rt.settled if id(ref()) not in layers]
     for module in model.modules():
         if "forward" in vars(module):
             del module.forward

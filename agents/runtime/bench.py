@@ -85,6 +85,9 @@ class CaseResult:
     probes: int = 0
     tuning_s: float = 0.0
     routed: int = 0
+    # layers that still route after warm-up, and those given their own forward back
+    routing_layers: int = 0
+    settled_layers: int = 0
     near_ties: int = 0
     problems: int = 0
     tunableop_ms: float | None = None
@@ -128,8 +131,8 @@ class Clock:
         fns: dict[str, Callable[[], Any]],
         *,
         setups: dict[str, Callable[[], Any]] | None = None,
-        rounds: int = 30,
-        per_round: int = 1,
+        rounds: int = 60,
+        per_round: int = 3,
     ) -> dict[str, float]:
         """Return each function's median forward time, timed in alternating rounds.
 
@@ -217,6 +220,7 @@ def run_case(
     forward(model)()
     _sync(device)
     result.tuning_s = time.perf_counter() - start
+    _steady(forward(model), first.runtime)
     host1 = _forwards(model)
     _check_close(plain, forward(model)(), result, "eager TPS output")
     run = forward(model)
@@ -238,9 +242,15 @@ def run_case(
     rt = first.runtime
     result.probes = rt.stats.probes
     result.near_ties = rt.stats.near_ties
+    with _noted(result, "torch.compile"):
+        _compiled(model, tuned_model, forward, clock, result, compile_modes)
+    del tuned_model
+    with _noted(result, "TunableOp"):
+        _tunableop(model, forward, clock, result, device, workdir)
     decisions = rt.decisions()
     result.problems = len(decisions)
     result.routed = sum(1 for r in decisions if r.runner is not None)
+    result.routing_layers, result.settled_layers = len(host1), len(rt.settled)
     result.decisions = [
         {
             "problem": r.problem.canonical() if r.problem else None,
@@ -248,15 +258,11 @@ def run_case(
             "candidate": r.candidate.label() if r.candidate else None,
             "routed": r.runner is not None,
             "gain": r.gain,
+            "compiled_gain": r.compiled_gain,
             "reason": r.reason,
         }
         for r in decisions
     ]
-    with _noted(result, "torch.compile"):
-        _compiled(model, tuned_model, forward, clock, result, compile_modes)
-    del tuned_model
-    with _noted(result, "TunableOp"):
-        _tunableop(model, forward, clock, result, device, workdir)
     first.close()  # saves host 1's cache and pushes its probe runs to the service
     if service is not None:
         with _noted(result, "second host"):
@@ -356,6 +362,7 @@ def _second_host(
     forward(model)()  # the fleet's winners are admitted on this host
     _sync(device)
     result.second_host_warm_start_s = time.perf_counter() - start
+    _steady(forward(model), second.runtime)
     host2 = _forwards(model)
     run = forward(model)
     times = clock.side_by_side(
@@ -381,6 +388,12 @@ def _host(device: str, workdir: Path, name: str, service: str | None, token: str
         service=service,
         token=token,
     )
+
+
+def _steady(run: Callable[[], Any], rt: Any) -> None:
+    """Run forwards until the layers that route nothing have their own forward back."""
+    for _ in range(rt.settle_after + 1):
+        run()
 
 
 def _rebind(forward: Any, model: Any, name: str) -> Any:
@@ -430,7 +443,7 @@ def measure_overhead(device: str, *, calls: int = 4_000, rounds: int = 31) -> di
     import torch
 
     from agents.cache import ProbeCache
-    from agents.runtime import RuntimeSession, open_session, tune, tuned
+    from agents.runtime import AdmissionSettings, RuntimeSession, open_session, tune, tuned
     from agents.runtime.dispatch import Route
     from agents.runtime.keys import gemm_problem
     from agents.runtime.patching import ORIGINAL, suspended
@@ -440,7 +453,10 @@ def measure_overhead(device: str, *, calls: int = 4_000, rounds: int = 31) -> di
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
     mm = ORIGINAL["mm"]
-    session: RuntimeSession = open_session(device=device, cache=ProbeCache(None))
+    # Layers never settle here: what is measured is the cost of a layer that routes.
+    session: RuntimeSession = open_session(
+        device=device, cache=ProbeCache(None), admission=AdmissionSettings(settle_after=0)
+    )
     rt = session.runtime
     calls_n = calls if not device.startswith("cuda") else calls // 4
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import logging
 import statistics
+import types
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -57,6 +59,8 @@ class Route:
     calls: int = 0
     slot: int = -1
     gain: float | None = None
+    # The gain over inductor's own product of the problem, once a compiled graph asked.
+    compiled_gain: float | None = None
 
 
 @dataclass
@@ -87,6 +91,9 @@ class AdmissionSettings:
     max_reps: int = 200
     # The first calls on the program's own operands are compared with the default's output.
     verify_calls: int = 1
+    # A layer whose every route keeps the default gets its own forward back after this
+    # many such calls in a row (0: never). Not in record mode, which counts every call.
+    settle_after: int = 64
 
 
 class Runtime:
@@ -137,8 +144,12 @@ class Runtime:
         self.defer_probes = False
         # One decision per problem, shared by every call signature that names it.
         self._decided: dict[str, Route] = {}
+        # Per problem: whether its winner also beats inductor's product (torch.compile).
+        self._beats_inductor: dict[str, bool] = {}
         # Layers' own route tables (keyed by input shape), emptied whenever routes are.
         self.layer_routes: list[dict[Any, Route]] = []
+        # Layers given their own forward back, with the routing forward to restore.
+        self.settled: list[tuple[weakref.ref[Any], Callable[..., Any]]] = []
         from agents.runtime.patching import STATE, register
 
         self._state = STATE
@@ -146,8 +157,8 @@ class Runtime:
         self.index = register(self)
 
     # -- the hot path ----------------------------------------------------------------------
-    def run(self, route: Route, a: Any, b: Any, default: Callable[[], Any]) -> Any:
-        """Run the route's winner on A and B; on any fault, run `default()` and stop using it."""
+    def run(self, route: Route, a: Any, b: Any) -> Any:
+        """Run the route's winner on A and B; on any fault, run the default and stop using it."""
         runner = route.runner
         assert runner is not None
         state = self._state
@@ -156,12 +167,12 @@ class Runtime:
             out = runner(a, b)
         except Exception as exc:
             self.fault(route, f"raised {type(exc).__name__}: {exc}")
-            return default()
+            return self.default(a, b)
         finally:
             state.active = saved
         if route.checks_left <= 0:
             return out
-        return self._verify(route, out, default)
+        return self._verify(route, out, a, b)
 
     def product(self, a: Any, b: Any) -> Any:
         """Return A @ B for logical views, through the cache: the backward products' way in."""
@@ -179,7 +190,7 @@ class Runtime:
         route.calls += 1
         if route.runner is None:
             return self.default(a, b)
-        return self.run(route, a, b, lambda: self.default(a, b))
+        return self.run(route, a, b)
 
     # -- resolving a signature once ------------------------------------------------------------
     def resolve(self, sig: tuple[Any, ...], a: Any, b: Any) -> Route:
@@ -206,8 +217,36 @@ class Runtime:
                 self._decided[key] = route
         return route
 
+    # -- layers that route nothing ------------------------------------------------------------
+    @property
+    def settle_after(self) -> int:
+        """Calls in a row, all kept by the default, after which a layer stops routing."""
+        return 0 if self.mode is Mode.RECORD else self.admission.settle_after
+
+    def settle(self, layer: Any, forward: Callable[..., Any], routes: Mapping[Any, Route]) -> bool:
+        """Give `layer` its own forward back if none of its routes runs a winner.
+
+        What the layer then runs is exactly what it ran without TPS, at no cost. A later
+        `forget` (a fleet warm start, a version change) gives it the routing forward again.
+        """
+        if self.mode is Mode.RECORD or any(r.runner is not None for r in routes.values()):
+            return False
+        if "forward" in vars(layer):
+            del layer.forward
+            self.settled.append((weakref.ref(layer), forward))
+        return True
+
+    def unsettle(self) -> None:
+        """Route the settled layers again (their next call decides its shape anew)."""
+        for ref, forward in self.settled:
+            layer = ref()
+            if layer is not None and "forward" not in vars(layer):
+                layer.forward = types.MethodType(forward, layer)
+        self.settled.clear()
+
     def forget(self, problems: set[str] | None = None, *, misses: bool = False) -> None:
         """Decide again the problems of these hashes (and every miss, with `misses`)."""
+        self.unsettle()
         for table in self.layer_routes:
             table.clear()
         for sig, route in list(self.routes.items()):
@@ -323,7 +362,43 @@ class Runtime:
             checks_left=self.admission.verify_calls,
         )
 
-    def _head_to_head(self, operands: Any, runner: Runner) -> float:
+    def admit_compiled(self, route: Route) -> bool:
+        """Whether a routed winner also beats inductor's own product of its problem.
+
+        Under torch.compile the default is not the eager call but what inductor makes of
+        the product (padded, fused, autotuned under max-autotune, with the compile's own
+        settings). The winner enters a compiled graph only where it beats that, head to
+        head and by the same margin; it is decided once per problem, while tracing.
+        """
+        assert route.problem is not None and route.runner is not None
+        key = route.problem.key_hash()
+        known = self._beats_inductor.get(key)
+        if known is None:
+            known = self._versus_inductor(route)
+            self._beats_inductor[key] = known
+        return known
+
+    def _versus_inductor(self, route: Route) -> bool:
+        from torch import _inductor
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        from agents.ops.gemm import gemm_operands
+
+        assert route.problem is not None and route.runner is not None
+        operands = gemm_operands(route.problem, self.device.torch_device, seed=1)
+        try:
+            graph = make_fx(_torch_matmul)(operands.a, operands.b)
+            inductor = _inductor.compile(graph, [operands.a, operands.b])
+            gain = self._head_to_head(operands, route.runner, default=inductor)
+        except Exception as exc:  # inductor cannot build it here: keep inductor's product
+            log.warning("no compiled head to head for %s: %s", route.problem.canonical(), exc)
+            return False
+        route.compiled_gain = gain
+        return gain >= self.admission.min_gain
+
+    def _head_to_head(
+        self, operands: Any, runner: Runner, *, default: Callable[..., Any] | None = None
+    ) -> float:
         """Return the winner's gain over the default, called as the program calls them.
 
         Each side's cost is its host time per call (Python and launch) plus its time per
@@ -333,7 +408,8 @@ class Runtime:
         """
         a, b = operands.a, operands.b
         timer = self.timer or _eager_timer(self.device)
-        calls = [lambda: self.default(a, b), lambda: runner(a, b)]
+        baseline = default or self.default
+        calls = [lambda: baseline(a, b), lambda: runner(a, b)]
         kernels = [Kernel(candidate=VENDOR_DEFAULT, run=c, graphable=False) for c in calls]
         estimates = timer.estimate_us(kernels)
         s = self.admission
@@ -364,9 +440,9 @@ class Runtime:
         return [statistics.median(v) for v in samples]
 
     # -- faults ------------------------------------------------------------------------------
-    def _verify(self, route: Route, out: Any, default: Callable[[], Any]) -> Any:
+    def _verify(self, route: Route, out: Any, a: Any, b: Any) -> Any:
         """Compare the winner's output with the default's; on a mismatch return the default's."""
-        expected = default()
+        expected = self.default(a, b)
         assert route.problem is not None
         tolerance = TOLERANCE[route.problem.dtype]
         err = relative_error(out.detach(), expected.detach().double())

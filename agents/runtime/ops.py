@@ -52,7 +52,7 @@ def product(a: torch.Tensor, b: torch.Tensor, slot: int) -> torch.Tensor:
     if s.route.runner is None:
         out = _matmul(a, b)
     else:
-        out = s.runtime.run(s.route, a, b, lambda: _matmul(a, b))
+        out = s.runtime.run(s.route, a, b)
     if s.strides is None:
         return out.contiguous()
     if out.stride() != s.strides:  # the default answered after a fault: keep the layout

@@ -32,6 +32,8 @@ _addmm, _bmm = ORIGINAL["addmm"], ORIGINAL["bmm"]
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _F32 = torch.float32
 _FLAGS = torch.backends.cuda.matmul
+# What `torch.backends.cuda.matmul.allow_tf32` reads, without its Python __getattr__.
+_allow_tf32 = torch._C._get_cublas_allow_tf32
 _is_compiling = torch.compiler.is_compiling
 
 
@@ -76,7 +78,7 @@ class _Product(torch.autograd.Function):
         ctx.save_for_backward(a, b)
         if route.runner is None:  # the default forward; the backward products still route
             return _matmul(a, b)
-        return runtime.run(route, a, b, lambda: _matmul(a, b))
+        return runtime.run(route, a, b)
 
     @staticmethod
     def backward(ctx: Any, grad: Any) -> tuple[Any, ...]:
@@ -92,14 +94,18 @@ def _dispatch(rt: Runtime, route: Route, a: Any, b: Any, bias: Any) -> Any:
     if _needs_grad(a, b, bias):
         out = _Product.apply(rt, route, a, b)
         return out if bias is None else out + bias
-    out = rt.run(route, a, b, lambda: _matmul(a, b))
+    out = rt.run(route, a, b)
     return out if bias is None else out.add_(bias)
 
 
 def route_product(
     rt: Runtime | None, name: str, a: Any, b: Any, bias: Any, default: Callable[[], Any]
 ) -> Any:
-    """Route C = A @ B (+ bias) for logical views A, B; `default()` runs the original call."""
+    """Route C = A @ B (+ bias) for logical views A, B; `default()` runs the original call.
+
+    The general way in (reshaped operands, layers' fallbacks, torch.compile); the
+    functions' own hot path is `_routed`.
+    """
     if rt is None:
         return default()
     if _is_compiling():
@@ -118,49 +124,48 @@ def route_product(
 def _sig(name: str, a: Any, b: Any) -> tuple[Any, ...]:
     """Return what decides a call's problem: dtype, device, shapes and strides (and TF32)."""
     if a.dtype is _F32:
-        return (
-            name,
-            a.dtype,
-            a.get_device(),
-            a.shape,
-            a.stride(),
-            b.shape,
-            b.stride(),
-            _FLAGS.allow_tf32,
-        )
+        device = a.get_device()
+        sig: tuple[Any, ...] = (name, _F32, device, a.shape, a.stride(), b.shape, b.stride())
+        return (*sig, device >= 0 and _allow_tf32())
     return (name, a.dtype, a.get_device(), a.shape, a.stride(), b.shape, b.stride())
 
 
-def _kept_default(name: str, a: Any, b: Any) -> Route | None:
-    """Return the route of a call the default keeps, when decided before; else None.
+_grad_enabled = torch.is_grad_enabled
 
-    The fast path of a miss: the signature and one lookup, nothing built per call.
+
+def _routing(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+    """Return the routing version of a two-operand product (`torch.mm`, `torch.bmm`).
+
+    Everything a call needs is inlined here, as it runs on every product the program
+    makes: a call the default keeps costs a signature and one lookup; a hit adds the
+    call through its runner.
     """
-    rt = STATE.active
-    if rt is None or _is_compiling():
-        return None
-    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
-        return None
-    dtype = a.dtype
-    sig: tuple[Any, ...]
-    if dtype is _F32:
-        sig = (
-            name,
-            dtype,
-            a.get_device(),
-            a.shape,
-            a.stride(),
-            b.shape,
-            b.stride(),
-            _FLAGS.allow_tf32,
-        )
-    else:
-        sig = (name, dtype, a.get_device(), a.shape, a.stride(), b.shape, b.stride())
-    route = rt.routes.get(sig)
-    if route is None or route.runner is not None:
-        return None
-    route.calls += 1
-    return route
+
+    def product(input: Any, mat2: Any, *, out: Any = None) -> Any:
+        rt = STATE.active
+        if rt is None or out is not None or type(input) not in _PLAIN or type(mat2) not in _PLAIN:
+            return original(input, mat2, out=out) if out is not None else original(input, mat2)
+        if _is_compiling():
+            return route_product(rt, name, input, mat2, None, lambda: original(input, mat2))
+        if input.dtype is _F32:
+            device = input.get_device()
+            sig: tuple[Any, ...] = (name, _F32, device, input.shape, input.stride())
+            sig += (mat2.shape, mat2.stride(), device >= 0 and _allow_tf32())
+        else:
+            sig = (name, input.dtype, input.get_device(), input.shape, input.stride())
+            sig += (mat2.shape, mat2.stride())
+        route = rt.routes.get(sig)
+        if route is None:
+            route = rt.resolve(sig, input, mat2)
+        route.calls += 1
+        if _grad_enabled() and (input.requires_grad or mat2.requires_grad):
+            return _Product.apply(rt, route, input, mat2)
+        if route.runner is None:
+            return original(input, mat2)
+        return rt.run(route, input, mat2)
+
+    product.__name__ = product.__qualname__ = name
+    return product
 
 
 # -- the routing versions of torch's functions ------------------------------------------------
@@ -177,7 +182,7 @@ def linear_with(rt: Runtime | None, input: Any, weight: Any, bias: Any) -> Any:
     sig: tuple[Any, ...] = ("linear", input.dtype, input.get_device(), input.shape)
     sig += (input.stride(), weight.shape, weight.stride(), bias is None)
     if input.dtype is _F32:
-        sig += (_FLAGS.allow_tf32,)
+        sig += (_allow_tf32(),)
     route = rt.routes.get(sig)
     if route is None:
         route = rt.resolve(sig, input.reshape(-1, input.shape[-1]), weight.t())
@@ -188,20 +193,36 @@ def linear_with(rt: Runtime | None, input: Any, weight: Any, bias: Any) -> Any:
     return out.view(*input.shape[:-1], weight.shape[0])
 
 
+class _Quiet:
+    """A layer's calls in a row that the default kept, with no shape it had not seen."""
+
+    __slots__ = ("after", "calls")
+
+    def __init__(self, after: int) -> None:
+        self.after = after if after > 0 else -1
+        self.calls = 0
+
+
 def linear_layer(rt: Runtime) -> Callable[[Any, Any], Any]:
     """Return a forward for nn.Linear layers that routes through `rt`.
 
     A layer's routes are keyed by the input's shape alone: its weight never changes
     layout, and a route to the default is right for any input, so a call the default
-    keeps costs one dict lookup over the layer's own forward.
+    keeps costs one dict lookup over the layer's own forward. A layer whose routes all
+    keep the default settles after `rt.settle_after` such calls in a row: it gets its own
+    forward back and costs nothing (`Runtime.settle`).
     """
     routes: dict[Any, Route] = {}
     rt.layer_routes.append(routes)
+    quiet = _Quiet(rt.settle_after)
 
     def forward(self: Any, input: Any) -> Any:
         route = None if _is_compiling() else routes.get(input.shape)
         if route is not None and route.runner is None and not torch.is_grad_enabled():
             route.calls += 1
+            quiet.calls += 1
+            if quiet.calls == quiet.after:
+                rt.settle(self, forward, routes)
             return _linear(input, self.weight, self.bias)
         weight, bias = self.weight, self.bias
         if route is None or input.dtype is not weight.dtype or not input.is_contiguous():
@@ -211,6 +232,7 @@ def linear_layer(rt: Runtime) -> Callable[[Any, Any], Any]:
             sig = ("linear-layer", id(self), input.shape, input.get_device(), _tf32(input))
             route = rt.routes.get(sig) or rt.resolve(sig, input.reshape(-1, k), weight.t())
             routes[input.shape] = route
+            quiet.calls = 0
         route.calls += 1
         if route.runner is None and not _needs_grad(input, weight, bias):
             return _linear(input, weight, bias)
@@ -225,11 +247,15 @@ def conv1d_layer(rt: Runtime) -> Callable[[Any, Any], Any]:
     """Return a forward for transformers' Conv1D (y = addmm(bias, x, W), W stored [in, out])."""
     routes: dict[Any, Route] = {}
     rt.layer_routes.append(routes)
+    quiet = _Quiet(rt.settle_after)
 
     def forward(self: Any, x: Any) -> Any:
         route = None if _is_compiling() else routes.get(x.shape)
         if route is not None and route.runner is None and not torch.is_grad_enabled():
             route.calls += 1
+            quiet.calls += 1
+            if quiet.calls == quiet.after:
+                rt.settle(self, forward, routes)
             out = _addmm(self.bias, x.view(-1, x.shape[-1]), self.weight)
             return out.view(*x.shape[:-1], self.nf)
         weight, bias = self.weight, self.bias
@@ -240,6 +266,7 @@ def conv1d_layer(rt: Runtime) -> Callable[[Any, Any], Any]:
             sig = ("conv1d-layer", id(self), x.shape, x.get_device(), _tf32(x))
             route = rt.routes.get(sig) or rt.resolve(sig, a, weight)
             routes[x.shape] = route
+            quiet.calls = 0
         route.calls += 1
         if route.runner is None and not _needs_grad(x, weight, bias):
             return _addmm(bias, a, weight).view(*x.shape[:-1], self.nf)
@@ -257,20 +284,9 @@ def _linear_via(rt: Runtime, input: Any, weight: Any, bias: Any) -> Any:
     return out.view(*input.shape[:-1], weight.shape[0])
 
 
-def mm(input: Any, mat2: Any, *, out: Any = None) -> Any:
-    if out is not None or STATE.active is None or not _plain(input, mat2):
-        return _mm(input, mat2, out=out) if out is not None else _mm(input, mat2)
-    if _kept_default("mm", input, mat2) is not None:
-        return _mm(input, mat2)
-    return route_product(STATE.active, "mm", input, mat2, None, lambda: _mm(input, mat2))
-
-
-def bmm(input: Any, mat2: Any, *, out: Any = None) -> Any:
-    if out is not None or STATE.active is None or not _plain(input, mat2):
-        return _bmm(input, mat2, out=out) if out is not None else _bmm(input, mat2)
-    if _kept_default("bmm", input, mat2) is not None:
-        return _bmm(input, mat2)
-    return route_product(STATE.active, "bmm", input, mat2, None, lambda: _bmm(input, mat2))
+mm = _routing("mm", _mm)
+bmm = _routing("bmm", _bmm)
+_same_rank_matmul = _routing("matmul", _matmul)
 
 
 def addmm(
@@ -280,8 +296,6 @@ def addmm(
     if not plain or STATE.active is None or type(input) not in _PLAIN:
         kwargs = {"beta": beta, "alpha": alpha} | ({"out": out} if out is not None else {})
         return _addmm(input, mat1, mat2, **kwargs)
-    if not input.requires_grad and _kept_default("addmm", mat1, mat2) is not None:
-        return _addmm(input, mat1, mat2)
     return addmm_with(STATE.active, input, mat1, mat2)
 
 
@@ -291,19 +305,16 @@ def addmm_with(rt: Runtime | None, bias: Any, a: Any, b: Any) -> Any:
 
 
 def matmul(input: Any, other: Any, *, out: Any = None) -> Any:
-    if out is not None or STATE.active is None or not _plain(input, other):
+    rt = STATE.active
+    if rt is None or out is not None or not _plain(input, other):
         return _matmul(input, other, out=out) if out is not None else _matmul(input, other)
     da, db = input.dim(), other.dim()
     if da == db and da in (2, 3):
-        if _kept_default("matmul", input, other) is not None:
-            return _matmul(input, other)
-        return route_product(
-            STATE.active, "matmul", input, other, None, lambda: _matmul(input, other)
-        )
+        return _same_rank_matmul(input, other)
     if da > 2 and db == 2:
         # [.., M, K] @ [K, N] is one GEMM of M * .. rows, as torch itself runs it.
         a = input.reshape(-1, input.shape[-1])
-        flat = route_product(STATE.active, "matmul", a, other, None, lambda: _mm(a, other))
+        flat = route_product(rt, "matmul", a, other, None, lambda: _mm(a, other))
         return flat.view(*input.shape[:-1], other.shape[-1])
     return _matmul(input, other)
 
@@ -358,6 +369,9 @@ def slot_for(key: tuple[Any, ...]) -> int:
         rt.routes[sig] = route
     if route.runner is None:
         return -1
+    with suspended():
+        if not rt.admit_compiled(route):
+            return -1
     del device
     return ops.add_slot(rt, route)
 

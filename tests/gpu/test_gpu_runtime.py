@@ -156,3 +156,24 @@ def test_training_step_dispatches_backward_products(tmp_path):
     problems = {r.problem.dims["m"] for r in session.runtime.decisions()}
     assert len(session.runtime.decisions()) == 3, problems  # forward, dgrad, wgrad
     session.close()
+
+
+def test_layers_without_a_winner_settle_and_a_winner_keeps_routing(tmp_path):
+    """A model whose layers route nothing runs its own forwards; a routed layer stays."""
+    head = torch.nn.Linear(1024, 4095, device="cuda", dtype=torch.bfloat16)  # unaligned N
+    body = torch.nn.Linear(1024, 1024, device="cuda", dtype=torch.bfloat16)
+    model = torch.nn.Sequential(body, head)
+    x = torch.randn(64, 1024, device="cuda", dtype=torch.bfloat16)
+    problem = gemm_problem(x, head.weight.detach().t(), tf32=False)
+    padded = Candidate(backend="padded", params={"align": 64, "inner": "vendor-default"})
+    session = session_with(tmp_path, padded, problem)
+    with torch.no_grad():
+        expected = model(x)
+        tune(model, session)
+        for _ in range(session.runtime.settle_after + 1):
+            got = model(x)
+    assert "forward" not in vars(body) and "forward" in vars(head)
+    assert [r.candidate for r in session.runtime.decisions() if r.runner] == [padded]
+    err = float((got.float() - expected.float()).norm() / expected.float().norm())
+    assert err < 2e-2, err
+    session.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -11,7 +12,7 @@ import torch.nn.functional as F
 
 from agents.cache import ProbeCache
 from agents.daemon.sources import WorkloadSources, read_shape_rows
-from agents.runtime import AdmissionSettings, Mode, RuntimeSession, tuned
+from agents.runtime import AdmissionSettings, Mode, RuntimeSession, tune, tuned, untune
 from agents.runtime.keys import gemm_problem
 from tests.agents.runtime.conftest import entry_for, scaled
 from tps.candidate import VENDOR_DEFAULT
@@ -266,7 +267,7 @@ def test_backward_products_are_problems_of_their_own(make_runtime, cpu_hardware)
 
 
 def test_compile_fullgraph_keeps_the_winner_through_the_custom_op(make_runtime, cpu_hardware):
-    from agents.runtime import ops, tune, untune
+    from agents.runtime import ops
 
     torch._dynamo.reset()
     layer = torch.nn.Linear(64, 50)  # N = 50: the padded winner returns rows of 64
@@ -297,7 +298,6 @@ def test_a_new_host_warm_starts_from_the_fleet_with_zero_probes(
     """Host 1 probed; host 2, empty-cached, asks the real service once and routes the winner."""
     import httpx
 
-    from agents.runtime import tune
     from agents.runtime.fleet import FleetPriors
     from tests.factories import batch_body, probe_run
 
@@ -394,3 +394,93 @@ def test_rocm_winners_go_to_pytorch_tunableop(make_runtime, cpu_hardware, tmp_pa
         torch.mm(a, b)
     (route,) = rt.decisions()
     assert route.runner is None and "TunableOp" in route.reason
+
+
+def _layers() -> torch.nn.Sequential:
+    return torch.nn.Sequential(torch.nn.Linear(64, 48), torch.nn.Linear(48, 32))
+
+
+def test_layers_with_no_winner_get_their_own_forward_back(make_runtime):
+    settle = AdmissionSettings(min_gain=-1.0, rounds=3, target_us=200.0, settle_after=5)
+    rt = make_runtime(admission=settle)
+    model, x = _layers(), torch.randn(3, 64)
+    expected = model(x)
+    tune(model, RuntimeSession(runtime=rt))
+    with torch.no_grad():
+        model(x)  # decides both layers' shapes: misses, the default keeps them
+        for _ in range(4):
+            model(x)
+        assert all("forward" in vars(m) for m in model)  # 4 kept calls in a row: routing
+        model(x)
+        assert not any("forward" in vars(m) for m in model)  # the 5th: settled
+        assert torch.equal(model(x), expected)
+        calls = [r.calls for r in rt.decisions()]
+        model(x)
+        assert [r.calls for r in rt.decisions()] == calls  # settled layers cost nothing
+    rt.forget(misses=True)  # new fleet winners, say: the layers route again
+    assert all("forward" in vars(m) for m in model)
+    untune(model)
+    rt.forget(misses=True)
+    assert not any("forward" in vars(m) for m in model)  # untune is for good
+
+
+def test_a_layer_with_a_winner_or_a_new_shape_keeps_routing(make_runtime, cpu_hardware):
+    settle = AdmissionSettings(min_gain=-1.0, rounds=3, target_us=200.0, settle_after=3)
+    model, x = _layers(), torch.randn(3, 64)
+    first = model[0]
+    problem = gemm_problem(x, first.weight.t(), tf32=False)
+    rt = make_runtime(
+        entries=[entry_for(problem, cpu_hardware, scaled(scale=1.0))], admission=settle
+    )
+    tune(model, RuntimeSession(runtime=rt))
+    with torch.no_grad():
+        for i in range(6):
+            model(x if i % 2 else torch.randn(10 + i, 64))  # every other call a new shape
+        assert "forward" in vars(first)
+        assert "forward" in vars(model[1])  # never 3 kept calls in a row
+        for _ in range(3):
+            model(x)
+        assert "forward" not in vars(model[1])
+        assert "forward" in vars(first)  # its winner keeps it routing
+    assert rt.providers["cpu-scaled"].calls > 0
+    untune(model)
+
+
+def test_record_mode_never_settles(make_runtime, tmp_path):
+    rt = make_runtime(
+        mode=Mode.RECORD,
+        admission=AdmissionSettings(min_gain=-1.0, rounds=3, target_us=200.0, settle_after=2),
+    )
+    model, x = _layers(), torch.randn(3, 64)
+    tune(model, RuntimeSession(runtime=rt, record=tmp_path / "r.csv"))
+    with torch.no_grad():
+        for _ in range(6):
+            model(x)
+    assert all("forward" in vars(m) for m in model)
+    assert sorted(r.calls for r in rt.decisions()) == [6, 6]
+    untune(model)
+
+
+def test_under_compile_a_winner_must_also_beat_inductors_product(make_runtime, cpu_hardware):
+    from agents.runtime import ops
+
+    torch._dynamo.reset()
+    layer = torch.nn.Linear(64, 48)
+    x = torch.randn(2, 5, 64)
+    problem = linear_problem(x, layer.weight.detach())
+    rt = make_runtime(entries=[entry_for(problem, cpu_hardware, scaled(scale=1.0))])
+    model = torch.nn.Sequential(layer)
+    tune(model, RuntimeSession(runtime=rt))
+    with torch.no_grad():
+        expected = model(x)  # admitted for eager calls: any gain will do
+    (route,) = rt.decisions()
+    assert route.runner is not None
+    rt.admission = dataclasses.replace(rt.admission, min_gain=10.0)  # none beats inductor so
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    with torch.no_grad():
+        got = compiled(x)
+    assert torch.allclose(got, expected, atol=1e-5)
+    assert route.compiled_gain is not None and route.compiled_gain < 10.0
+    assert not [s for s in ops.SLOTS if s.route is route]  # inductor's product runs
+    assert route.runner is not None  # eager calls still run the winner
+    untune(model)
