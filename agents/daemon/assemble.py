@@ -76,7 +76,7 @@ def open_cache(settings: AgentSettings) -> ProbeCache:
 def build_engine_for(settings: AgentSettings, *, host: str) -> ProbeEngine:
     """Open the device named in the settings and build the real probe engine on it."""
     from agents.opconfig import OpConfig
-    from agents.probe.engine import build_engine
+    from agents.probe.assemble import build_engine
 
     op_config = OpConfig.load(settings.op_config) if settings.op_config else None
     return build_engine(

@@ -4,10 +4,12 @@ from collections import Counter
 
 import pytest
 
-from agents.probe.engine import _Slot, choose_winner, pick_shortlist
+from agents.ops.base import Check
+from agents.probe.decision import choose_winner, pick_shortlist, required_margin, validation_error
 from agents.probe.sampling import SamplingPolicy, collect, interleaved, planned_samples
+from agents.probe.settings import ProbeSettings
 from agents.probe.stats import reject_outliers, summarize
-from agents.probe.timers import Armed
+from agents.probe.timers.base import Armed
 from agents.providers.base import Kernel
 from tps.candidate import VENDOR_DEFAULT, Candidate
 
@@ -90,32 +92,52 @@ def test_a_rotation_would_fail_the_neighbour_balance():
     )
 
 
-def _slots(*backends):
-    return [
-        _Slot(
-            candidate=VENDOR_DEFAULT if b == "vendor-default" else Candidate(backend=b),
-            provider=None,
-        )
-        for b in backends
+def _labels(*backends):
+    candidates = [
+        VENDOR_DEFAULT if b == "vendor-default" else Candidate(backend=b) for b in backends
     ]
+    return [c.id for c in candidates], {c.id: c.label() for c in candidates}
 
 
 def test_default_keeps_its_place_unless_clearly_beaten():
-    slots = _slots("vendor-default", "fast")
-    fast = slots[1].candidate.id
-    medians = {VENDOR_DEFAULT.id: 100.0, fast: 99.5}
-    assert choose_winner(medians, slots, min_gain=0.01)[0] == VENDOR_DEFAULT.id
+    (default, fast), labels = _labels("vendor-default", "fast")
+    medians = {default: 100.0, fast: 99.5}
+    decision = choose_winner(medians, labels=labels, failed=0, min_gain=0.01)
+    assert decision.winner_id == default and "within 1%" in decision.rationale
     medians[fast] = 90.0
-    assert choose_winner(medians, slots, min_gain=0.01)[0] == fast
+    assert choose_winner(medians, labels=labels, failed=0, min_gain=0.01).winner_id == fast
 
 
 def test_a_lead_that_does_not_hold_head_to_head_loses():
-    slots = _slots("vendor-default", "lucky")
-    lucky = slots[1].candidate.id
-    medians = {VENDOR_DEFAULT.id: 100.0, lucky: 90.0}
-    winner, why = choose_winner(medians, slots, min_gain=0.01, confirm=lambda _: -0.05)
-    assert winner == VENDOR_DEFAULT.id and "head to head" in why
-    assert choose_winner(medians, slots, min_gain=0.01, confirm=lambda _: 0.08)[0] == lucky
+    (default, lucky), labels = _labels("vendor-default", "lucky")
+    medians = {default: 100.0, lucky: 90.0}
+    lost = choose_winner(medians, labels=labels, failed=0, min_gain=0.01, confirm=lambda _: -0.05)
+    assert lost.winner_id == default and "head to head" in lost.rationale
+    held = choose_winner(medians, labels=labels, failed=0, min_gain=0.01, confirm=lambda _: 0.08)
+    assert held.winner_id == lucky and "head to head +8.0%" in held.rationale
+
+
+def test_without_a_measured_default_the_fastest_wins():
+    (_, slow, fast), labels = _labels("vendor-default", "slow", "fast")
+    decision = choose_winner({slow: 20.0, fast: 10.0}, labels=labels, failed=1, min_gain=0.5)
+    assert decision.winner_id == fast and "default unmeasured" in decision.rationale
+    assert "1 failed or invalid" in decision.rationale
+    assert choose_winner({}, labels=labels, failed=3, min_gain=0.01).winner_id is None
+
+
+def test_a_hot_device_or_a_long_kernel_raises_the_margin():
+    settings = ProbeSettings()
+    assert required_margin(settings, default_us=10.0, thermal_safe=False).min_gain == 0.01
+    hot = required_margin(settings, default_us=10.0, thermal_safe=True)
+    assert hot.min_gain == 0.05 and "85 C" in hot.notes[0]
+    long = required_margin(settings, default_us=800.0, thermal_safe=False)
+    assert long.min_gain == 0.05 and "above 500 us" in long.notes[0]
+
+
+def test_a_wrong_output_is_a_validation_error():
+    assert validation_error(Check(ok=True, rel_err=1e-6, tolerance=1e-4)) is None
+    error = validation_error(Check(ok=False, rel_err=0.5, tolerance=1e-4))
+    assert error is not None and error.startswith("wrong result: relative error 0.5")
 
 
 def test_shortlist_takes_quotas_then_fills_leftover_slots():

@@ -4,7 +4,7 @@ import pytest
 
 from agents.bans import BanList
 from agents.errors import UnsupportedProblemError
-from agents.providers import builtin
+from agents.providers.table import create_provider
 from tests.agents.conftest import FAST, ManualClock, WrongProvider, cpu_engine, gemm
 from tps.candidate import VENDOR_DEFAULT, Candidate
 from tps.problem import ProblemKey
@@ -35,7 +35,7 @@ def test_leading_dims_strides_and_batches_are_probed(engine):
 
 
 def test_planted_wrong_candidate_is_banned_and_the_ban_persists(tmp_path):
-    providers = [builtin.create("vendor-default", settings=FAST), WrongProvider()]
+    providers = [create_provider("vendor-default", settings=FAST), WrongProvider()]
     run = cpu_engine(tmp_path, providers=providers).probe(gemm())
     wrong = next(m for m in run.measurements if m.candidate.backend == "cpu-wrong")
     assert not wrong.valid and wrong.median_us is None
@@ -96,7 +96,7 @@ class _Paced:
         return [10.0 if k.candidate == VENDOR_DEFAULT else 5.0 for k in kernels]
 
     def arm(self, kernel, reps, kernel_us=0.0):
-        from agents.probe.timers import Armed
+        from agents.probe.timers.base import Armed
 
         self.reps.append(reps)
         return Armed(kernel=kernel, reps=reps, kernel_us=kernel_us)
@@ -131,7 +131,7 @@ def test_cold_cache_rotates_operand_copies_that_outgrow_the_l2(tmp_path):
         name = "counting"
 
         def __init__(self):
-            from agents.probe.timers import CpuTimer
+            from agents.probe.timers.cpu import CpuTimer
 
             self.inner = CpuTimer()
 
@@ -153,7 +153,7 @@ def test_cold_cache_rotates_operand_copies_that_outgrow_the_l2(tmp_path):
 
 def test_cold_copies_hold_twice_the_l2():
     from agents.ops.gemm import gemm_operands
-    from agents.probe.engine import cold_copies, operand_bytes
+    from agents.probe.cold_cache import cold_copies, operand_bytes
 
     operands = gemm_operands(gemm(m=64, n=32, k=16), "cpu", seed=0)
     assert operand_bytes(operands) == (64 * 16 + 16 * 32) * 4

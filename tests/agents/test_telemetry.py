@@ -1,7 +1,7 @@
 """Telemetry sources: absent libraries give null fields; the gate waits and flags heat."""
 
 from agents.telemetry import NullSource, TelemetryGate, default_source
-from agents.telemetry.sources import AmdSmiSource, NvmlSource, decode_throttle
+from agents.telemetry.readers import AmdSmiSource, NvmlSource, decode_throttle
 from tests.agents.conftest import ManualClock
 from tps.schemas import Telemetry
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from agents.probe.timers import CpuTimer
+from agents.probe.timers.cpu import CpuTimer
 from agents.providers.base import Kernel
 from tps.candidate import Candidate
 

@@ -13,13 +13,12 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from agents.probe.timers import TIMERS, Armed
+from agents.probe.timers.base import Armed
 from agents.providers.base import Kernel
 
 log = logging.getLogger(__name__)
 
 
-@TIMERS.register("cuda-graph")
 class CudaGraphTimer:
     name = "cuda-graph"
 
