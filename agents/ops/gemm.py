@@ -52,7 +52,7 @@ class GemmOperands:
 
     @property
     def batched(self) -> bool:
-        return self.a.dim() == 3
+        return bool(self.a.dim() == 3)
 
 
 def _stored(

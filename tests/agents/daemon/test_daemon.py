@@ -16,7 +16,7 @@ from agents.daemon.daemon import AgentDaemon
 from agents.daemon.errors import PriorsError
 from agents.daemon.metrics import AgentMetrics
 from agents.daemon.pusher import Pusher, RetryPolicy
-from agents.daemon.sources import WorkloadSources
+from agents.daemon.workloads import WorkloadSources
 from agents.daemon.spool import Spool
 from agents.daemon.status import read_status
 from agents.daemon.warmstart import PriorsClient

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from agents.cache import ProbeCache
-from agents.daemon.sources import WorkloadSources, read_shape_rows
+from agents.daemon.workloads import WorkloadSources, read_shape_rows
 from agents.runtime import AdmissionSettings, Mode, RuntimeSession, tuned
 from agents.runtime.keys import gemm_problem
 from tests.agents.runtime.conftest import entry_for, scaled
