@@ -149,32 +149,3 @@ def test_cold_cache_rotates_operand_copies_that_outgrow_the_l2(tmp_path):
     assert all(m.valid for m in run.measurements), [m.error for m in run.measurements]
     assert launches and set(launches) == {8}  # 1 MiB of L2 against ~20 kB of operands: capped
     assert "8 operand copies in rotation" in run.rationale
-
-
-def test_cold_copies_hold_twice_the_l2():
-    from agents.ops.gemm import gemm_operands
-    from agents.probe.cold_cache import cold_copies, operand_bytes
-
-    operands = gemm_operands(gemm(m=64, n=32, k=16), "cpu", seed=0)
-    assert operand_bytes(operands) == (64 * 16 + 16 * 32) * 4
-    assert cold_copies(1 << 20, l2_bytes=1 << 20, limit=32) == 3
-    assert cold_copies(4 << 20, l2_bytes=1 << 20, limit=32) == 2
-    assert cold_copies(1, l2_bytes=1 << 20, limit=32) == 32
-
-
-def test_a_rotating_kernel_runs_each_copy_once_and_closes_them_all():
-    from agents.providers.base import Kernel, rotating
-
-    ran, closed = [], []
-    kernels = [
-        Kernel(
-            candidate=VENDOR_DEFAULT,
-            run=lambda i=i: ran.append(i) or i,
-            close=lambda i=i: closed.append(i),
-        )
-        for i in range(3)
-    ]
-    kernel = rotating(kernels)
-    assert kernel.run() == 2 and ran == [0, 1, 2] and kernel.launches == 3
-    kernel.close()
-    assert closed == [0, 1, 2]
