@@ -9,7 +9,7 @@ T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    """Map names to factories of one kind of plugin (timers, providers, telemetry sources)."""
+    """Map names to factories that register themselves (the runtime's runners)."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -24,10 +24,6 @@ class Registry(Generic[T]):
 
         return decorate
 
-    def add(self, name: str, factory: Callable[..., T]) -> None:
-        """Register `factory` under `name`, replacing any earlier one."""
-        self._factories[name] = factory
-
     def create(self, name: str, /, **kwargs: object) -> T:
         """Build the plugin registered under `name`."""
         try:
@@ -36,9 +32,6 @@ class Registry(Generic[T]):
             known = ", ".join(sorted(self._factories)) or "none"
             raise KeyError(f"no {self.kind} named {name!r}; known: {known}") from None
         return factory(**kwargs)
-
-    def names(self) -> list[str]:
-        return list(self._factories)
 
     def __contains__(self, name: object) -> bool:
         return name in self._factories

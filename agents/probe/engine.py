@@ -53,7 +53,6 @@ class _Slot:
     error: str | None = None
     valid: bool = True
     compile_ms: float | None = None
-    rel_err: float | None = None
     armed: Armed | None = None
     values: list[float] = field(default_factory=list)
 
@@ -211,7 +210,6 @@ class ProbeEngine:
             start = self.clock.now_ns()
             check = op.check(problem, operands, output)
             times.validation_ms += elapsed_ms(self.clock, start)
-            slot.rel_err = check.rel_err
             error = validation_error(check)
             if error is not None:
                 slot.valid, slot.error = False, error

@@ -7,7 +7,7 @@ rounds of samples over all armed kernels in the order it is given, reporting µs
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agents.providers.base import Kernel
@@ -22,7 +22,6 @@ class Armed:
     kernel_us: float = 0.0
     handle: Any = None
     mode: str = "loop"
-    notes: list[str] = field(default_factory=list)
 
 
 class Timer(Protocol):

@@ -96,9 +96,7 @@ class CudaGraphTimer:
                 log.debug("graph capture failed for %s: %s", kernel.candidate.label(), exc)
                 del graph
                 torch.cuda.synchronize()
-        return Armed(
-            kernel=kernel, reps=reps, kernel_us=kernel_us, mode="loop", notes=["launch loop"]
-        )
+        return Armed(kernel=kernel, reps=reps, kernel_us=kernel_us, mode="loop")
 
     def sample_rounds(
         self, armed: Sequence[Armed], orders: Sequence[Sequence[int]]
