@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agents.ops.gemm import gemm_operands  # noqa: E402
-from agents.probe.engine import ProbeEngine, build_engine  # noqa: E402
+from agents.probe.assemble import build_engine  # noqa: E402
+from agents.probe.engine import ProbeEngine  # noqa: E402
 from agents.probe.sampling import SamplingPolicy, collect, shared_reps  # noqa: E402
 from agents.probe.settings import ProbeSettings  # noqa: E402
 from agents.providers.base import Kernel  # noqa: E402

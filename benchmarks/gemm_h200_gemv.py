@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agents.ops.gemm import gemm_operands  # noqa: E402
-from agents.probe.engine import build_engine  # noqa: E402
+from agents.probe.assemble import build_engine  # noqa: E402
 from agents.providers.triton_gemm import TritonGemmProvider  # noqa: E402
 from agents.providers.vendor import gemm_default  # noqa: E402
 from benchmarks.gemm_h200_sweep import HOST_ID, compile_and_check, time_kernels  # noqa: E402

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agents.ops.gemm import gemm_operands  # noqa: E402
-from agents.probe.engine import build_engine  # noqa: E402
+from agents.probe.assemble import build_engine  # noqa: E402
 from agents.probe.sampling import SamplingPolicy, collect, shared_reps  # noqa: E402
 from agents.probe.settings import ProbeSettings  # noqa: E402
 from agents.providers.cublaslt import CublasLtProvider, diversify  # noqa: E402

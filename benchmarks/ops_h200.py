@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 from gemm_h200 import probe_and_retime  # noqa: E402  (this folder)
 
 from agents.opconfig import OpConfig, TunableOpEntry  # noqa: E402
-from agents.probe.engine import build_engine  # noqa: E402
+from agents.probe.assemble import build_engine  # noqa: E402
 from tps.problem import ProblemKey  # noqa: E402
 
 HOST_ID = "be7c4a11d0e5f00d"

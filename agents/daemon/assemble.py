@@ -9,15 +9,16 @@ from dataclasses import dataclass
 
 import httpx
 
-from agents.daemon.daemon import AgentDaemon, ProbeCache, ProbeEngine, ProblemSource
+from agents.cache import ProbeCache
+from agents.daemon.daemon import AgentDaemon, LocalCache, Prober, ProblemSource
 from agents.daemon.errors import ConfigError
 from agents.daemon.identity import MACHINE_ID_PATHS, host_id, local_key, read_machine_id
 from agents.daemon.metrics import AgentMetrics
 from agents.daemon.pusher import Pusher, RetryPolicy
 from agents.daemon.settings import AgentSettings
-from agents.daemon.sources import WatchFolder, WorkloadSources
 from agents.daemon.spool import Spool
 from agents.daemon.warmstart import PriorsClient
+from agents.daemon.workloads import WatchFolder, WorkloadSources
 from tps.schemas import ProbeRun
 
 log = logging.getLogger(__name__)
@@ -54,29 +55,27 @@ def open_cache(settings: AgentSettings) -> ProbeCache:
 
     Local entries win over warm ones: they were measured on this very host.
     """
-    from agents.cache import ProbeCache as FileCache
-
     warm = settings.warm_cache
     if warm is None:
-        return FileCache.load(settings.cache_path)  # type: ignore[return-value]
+        return ProbeCache.load(settings.cache_path)
     if not warm.is_file():
         raise ConfigError(f"warm cache file {warm} does not exist")
     if warm.suffix.lower() == ".csv":
-        cache = FileCache.load(settings.cache_path)
+        cache = ProbeCache.load(settings.cache_path)
         added = cache.import_tunableop_csv(warm)
     else:
-        cache = FileCache.load(warm)
+        cache = ProbeCache.load(warm)
         added = len(cache)
         cache.path = settings.cache_path
-        cache.merge(FileCache.load(settings.cache_path).entries())
+        cache.merge(ProbeCache.load(settings.cache_path).entries())
     log.info("warm cache %s: %d entries", warm.name, added)
-    return cache  # type: ignore[return-value]
+    return cache
 
 
-def build_engine_for(settings: AgentSettings, *, host: str) -> ProbeEngine:
+def build_engine_for(settings: AgentSettings, *, host: str) -> Prober:
     """Open the device named in the settings and build the real probe engine on it."""
     from agents.opconfig import OpConfig
-    from agents.probe.engine import build_engine
+    from agents.probe.assemble import build_engine
 
     op_config = OpConfig.load(settings.op_config) if settings.op_config else None
     return build_engine(
@@ -87,8 +86,8 @@ def build_engine_for(settings: AgentSettings, *, host: str) -> ProbeEngine:
 def build_daemon(
     settings: AgentSettings,
     *,
-    engine: ProbeEngine | None = None,
-    cache: ProbeCache | None = None,
+    engine: Prober | None = None,
+    cache: LocalCache | None = None,
     metrics: AgentMetrics | None = None,
     transport: httpx.BaseTransport | None = None,
     on_run: Callable[[ProbeRun], None] | None = None,

@@ -22,8 +22,8 @@ from tps.schemas import Prior, ProbeRun
 log = logging.getLogger(__name__)
 
 
-class ProbeEngine(Protocol):
-    """What the daemon needs of the probe engine (agents.probe.engine)."""
+class Prober(Protocol):
+    """What the daemon needs of the probe engine (agents.probe.engine.ProbeEngine)."""
 
     def hardware(self) -> HardwareSpec: ...
 
@@ -32,8 +32,8 @@ class ProbeEngine(Protocol):
     ) -> ProbeRun: ...
 
 
-class ProbeCache(Protocol):
-    """What the daemon needs of the local cache (agents.cache)."""
+class LocalCache(Protocol):
+    """What the daemon needs of the local cache (agents.cache.ProbeCache)."""
 
     def get(self, problem: ProblemKey, hardware: HardwareSpec) -> object | None: ...
 
@@ -45,7 +45,7 @@ class ProbeCache(Protocol):
 
 
 class ProblemSource(Protocol):
-    """Where problems come from: each poll returns what is new (see agents.daemon.sources)."""
+    """Where problems come from: each poll returns what is new (see agents.daemon.workloads)."""
 
     def poll(self) -> list[ProblemKey]: ...
 
@@ -56,8 +56,8 @@ class AgentDaemon:
     def __init__(
         self,
         *,
-        engine: ProbeEngine,
-        cache: ProbeCache,
+        engine: Prober,
+        cache: LocalCache,
         spool: Spool,
         pusher: Pusher,
         sources: ProblemSource,

@@ -13,9 +13,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from agents.daemon.assemble import build_daemon
-from agents.daemon.daemon import ProbeEngine
 from agents.daemon.settings import AgentSettings
-from agents.daemon.sources import FixedProblems, read_any
+from agents.daemon.workloads import FixedProblems, read_any
+from agents.probe.engine import ProbeEngine
 from agents.probe.settings import ProbeSettings
 from tps.problem import ProblemKey
 from tps.schemas import ProbeRun

@@ -117,7 +117,7 @@ def load_settings(config: Path | None = None, **overrides: Any) -> AgentSettings
         return AgentSettings(**overrides)
     if not config.is_file():
         raise ConfigError(f"agent config {config} does not exist")
-    from_file = type(
+    from_file: type[AgentSettings] = type(
         "AgentSettingsFromFile",
         (AgentSettings,),
         {"model_config": SettingsConfigDict(**{**AgentSettings.model_config, "yaml_file": config})},

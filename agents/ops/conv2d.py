@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agents.ops import OP_KINDS, TOLERANCE, Check, relative_error
+from agents.ops.base import TOLERANCE, Check, relative_error
 from agents.ops.gemm import torch_dtype
 from tps.problem import ProblemKey
 
@@ -31,7 +31,6 @@ def conv_args(problem: ProblemKey) -> dict[str, int]:
     }
 
 
-@OP_KINDS.register("conv2d")
 class Conv2dOp:
     name = "conv2d"
 

@@ -7,7 +7,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from agents.ops import OP_KINDS, TOLERANCE, Check, relative_error
+from agents.ops.base import TOLERANCE, Check, relative_error
 from tps.problem import ProblemKey
 
 TORCH_DTYPE_NAMES = {
@@ -52,7 +52,7 @@ class GemmOperands:
 
     @property
     def batched(self) -> bool:
-        return self.a.dim() == 3
+        return bool(self.a.dim() == 3)
 
 
 def _stored(
@@ -128,7 +128,6 @@ def _blocks(size: int, block: int) -> list[slice]:
     return [slice(0, block), slice(size - block, size)]
 
 
-@OP_KINDS.register("gemm")
 class GemmOp:
     name = "gemm"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agents.ops import OP_KINDS, TOLERANCE, Check, relative_error
+from agents.ops.base import TOLERANCE, Check, relative_error
 from agents.ops.gemm import torch_dtype
 from tps.problem import ProblemKey
 
@@ -21,7 +21,6 @@ class LayerNormOperands:
     eps: float = EPS
 
 
-@OP_KINDS.register("layernorm")
 class LayerNormOp:
     name = "layernorm"
 

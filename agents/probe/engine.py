@@ -3,23 +3,27 @@
 from __future__ import annotations
 
 import logging
-import math
 import statistics
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from agents.bans import BanList
 from agents.clock import Clock, SystemClock, elapsed_ms
+from agents.errors import UnsupportedProblemError
 from agents.opconfig import OpConfig
-from agents.ops import OP_KINDS, OpKind
+from agents.ops.base import OpKind
+from agents.ops.table import OP_KINDS
+from agents.probe.breakdown import TimeBreakdown
+from agents.probe.cold_cache import cold_copies, operand_bytes
+from agents.probe.decision import decide, pick_shortlist, validation_error
 from agents.probe.device import Device
 from agents.probe.redact import redact_error
 from agents.probe.sampling import collect, interleaved, shared_reps
 from agents.probe.settings import ProbeSettings
 from agents.probe.stats import summarize
-from agents.probe.timers import Armed, Timer
+from agents.probe.timers.base import Armed, Timer
 from agents.providers.base import Kernel, Provider, rotating
 from agents.telemetry import TelemetryGate, TelemetrySource
 from tps.candidate import VENDOR_DEFAULT, Candidate
@@ -49,50 +53,8 @@ class _Slot:
     error: str | None = None
     valid: bool = True
     compile_ms: float | None = None
-    rel_err: float | None = None
     armed: Armed | None = None
     values: list[float] = field(default_factory=list)
-
-
-@dataclass
-class _Breakdown:
-    telemetry_ms: float = 0.0
-    operands_ms: float = 0.0
-    plan_ms: float = 0.0
-    compile_ms: float = 0.0
-    validation_ms: float = 0.0
-    warmup_ms: float = 0.0
-    capture_ms: float = 0.0
-    sampling_ms: float = 0.0
-    confirm_ms: float = 0.0
-    copy_bytes: int = 0
-    operand_copies: int = 1
-
-    @property
-    def probe_ms(self) -> float:
-        """Probing once kernels exist: validation, warm-up, capture and sampling."""
-        return (
-            self.validation_ms
-            + self.warmup_ms
-            + self.capture_ms
-            + self.sampling_ms
-            + self.confirm_ms
-        )
-
-    def line(self) -> str:
-        return (
-            f"telemetry {self.telemetry_ms:.1f} ms, operands {self.operands_ms:.1f} ms, "
-            f"plan {self.plan_ms:.1f} ms, compile {self.compile_ms:.1f} ms | probe "
-            f"{self.probe_ms:.1f} ms = validation {self.validation_ms:.1f} + warm-up "
-            f"{self.warmup_ms:.1f} + capture {self.capture_ms:.1f} + launches "
-            f"{self.sampling_ms:.1f} + head-to-head {self.confirm_ms:.1f}; layout copies "
-            f"{self.copy_bytes / 1e6:.1f} MB per launch"
-            + (
-                f"; cold cache: {self.operand_copies} operand copies in rotation"
-                if self.operand_copies > 1
-                else ""
-            )
-        )
 
 
 class ProbeEngine:
@@ -116,7 +78,6 @@ class ProbeEngine:
         op_config: OpConfig | None = None,
         clock: Clock | None = None,
         hardware: HardwareSpec | None = None,
-        ops: dict[str, OpKind] | None = None,
     ) -> None:
         self.device = device
         self.providers = list(providers)
@@ -128,7 +89,6 @@ class ProbeEngine:
         self.op_config = op_config or OpConfig.default()
         self.clock = clock or SystemClock()
         self.hardware_ = hardware
-        self.ops = ops
 
     # -- hardware -------------------------------------------------------------------------
     def hardware(self) -> HardwareSpec:
@@ -139,21 +99,14 @@ class ProbeEngine:
             self.hardware_ = detect_hardware(self.device)
         return self.hardware_
 
-    def _op(self, name: str) -> OpKind:
-        if self.ops is not None and name in self.ops:
-            return self.ops[name]
-        return OP_KINDS.create(name)
-
     # -- probing --------------------------------------------------------------------------
     def probe(self, problem: ProblemKey, *, only: Sequence[Candidate] | None = None) -> ProbeRun:
         """Probe one problem: all shortlisted candidates, or `only` these plus the default."""
-        from agents.errors import UnsupportedProblemError
-
         if not self.op_config.enabled(problem.op) and only is None:
             raise UnsupportedProblemError(f"op {problem.op!r} is not enabled in the op config")
-        op = self._op(problem.op)
+        op = OP_KINDS.create(problem.op)
         hardware = self.hardware()
-        times = _Breakdown()
+        times = TimeBreakdown()
 
         start = self.clock.now_ns()
         snapshot = TelemetryGate(source=self.telemetry, clock=self.clock).wait()
@@ -170,7 +123,7 @@ class ProbeEngine:
         self._prepare(problem, hardware, operands, op, slots, times)
         if self.settings.cold_cache:
             self._rotate(problem, hardware, operands, op, slots, times)
-        self._measure([s for s in slots if s.kernel is not None and s.valid], times)
+        self._measure([(s, s.kernel) for s in slots if s.kernel is not None and s.valid], times)
         run = self._conclude(problem, hardware, slots, snapshot, times)
         for slot in slots:
             slot.armed = None
@@ -187,7 +140,7 @@ class ProbeEngine:
         problem: ProblemKey,
         only: Sequence[Candidate] | None,
         operands: Any,
-        times: _Breakdown,
+        times: TimeBreakdown,
     ) -> list[_Slot]:
         providers = self._providers_for(problem)
         by_backend = {p.backend: p for p in providers}
@@ -227,7 +180,7 @@ class ProbeEngine:
         operands: Any,
         op: OpKind,
         slots: list[_Slot],
-        times: _Breakdown,
+        times: TimeBreakdown,
     ) -> None:
         for slot in slots:
             if slot.provider is None:
@@ -257,10 +210,10 @@ class ProbeEngine:
             start = self.clock.now_ns()
             check = op.check(problem, operands, output)
             times.validation_ms += elapsed_ms(self.clock, start)
-            slot.rel_err = check.rel_err
-            if not check.ok:
-                slot.valid, slot.error = False, f"wrong result: {check.reason()}"
-                self.bans.ban(hardware, problem, slot.candidate, slot.error)
+            error = validation_error(check)
+            if error is not None:
+                slot.valid, slot.error = False, error
+                self.bans.ban(hardware, problem, slot.candidate, error)
                 log.warning(
                     "banned %s on %s: %s",
                     slot.candidate.label(),
@@ -275,7 +228,7 @@ class ProbeEngine:
         operands: Any,
         op: OpKind,
         slots: list[_Slot],
-        times: _Breakdown,
+        times: TimeBreakdown,
     ) -> None:
         """Cold cache: give each valid candidate one kernel per operand copy, run in turn.
 
@@ -315,24 +268,21 @@ class ProbeEngine:
         times.compile_ms += elapsed_ms(self.clock, start)
         times.operand_copies = n
 
-    def _measure(self, slots: list[_Slot], times: _Breakdown) -> None:
-        if not slots:
+    def _measure(self, live: list[tuple[_Slot, Kernel]], times: TimeBreakdown) -> None:
+        """Warm up, arm and sample every prepared, valid candidate in one round robin."""
+        if not live:
             return
         s = self.settings
         start = self.clock.now_ns()
-        estimates = self.timer.estimate_us([slot.kernel for slot in slots])  # type: ignore[misc]
+        estimates = self.timer.estimate_us([kernel for _, kernel in live])
         times.warmup_ms = elapsed_ms(self.clock, start)
         start = self.clock.now_ns()
-        live = [(slot, est) for slot, est in zip(slots, estimates, strict=True) if slot.valid]
-        reps = shared_reps(
-            [est for _, est in live], target_us=s.target_sample_us, max_reps=s.max_reps
-        )
+        reps = shared_reps(estimates, target_us=s.target_sample_us, max_reps=s.max_reps)
         armed = []
-        for slot, est in live:
-            launches = slot.kernel.launches  # type: ignore[union-attr]
-            slot.armed = self.timer.arm(slot.kernel, reps, kernel_us=est * launches)  # type: ignore[arg-type]
+        for (slot, kernel), est in zip(live, estimates, strict=True):
+            slot.armed = self.timer.arm(kernel, reps, kernel_us=est * kernel.launches)
             armed.append(slot.armed)
-            times.copy_bytes += slot.kernel.copy_bytes  # type: ignore[union-attr]
+            times.copy_bytes += kernel.copy_bytes
         times.capture_ms = elapsed_ms(self.clock, start)
         start = self.clock.now_ns()
         sampled = collect(self.timer, armed, s.sampling())
@@ -340,7 +290,7 @@ class ProbeEngine:
         for (slot, _), values in zip(live, sampled.values, strict=True):
             slot.values = values
 
-    def _head_to_head(self, slots: list[_Slot], best_id: str, times: _Breakdown) -> float | None:
+    def _head_to_head(self, slots: list[_Slot], best_id: str, times: TimeBreakdown) -> float | None:
         """Re-time the leader against the default alone; return the leader's gain there.
 
         With eight candidates of similar speed the fastest median is partly luck: on the
@@ -371,56 +321,17 @@ class ProbeEngine:
         hardware: HardwareSpec,
         slots: list[_Slot],
         snapshot: Telemetry,
-        times: _Breakdown,
+        times: TimeBreakdown,
     ) -> ProbeRun:
-        measurements: list[Measurement] = []
-        medians: dict[str, float] = {}
-        for slot in slots:
-            if slot.valid and slot.values:
-                summary = summarize(slot.values)
-                medians[slot.candidate.id] = max(summary.median_us, 1e-3)
-                measurements.append(
-                    Measurement(
-                        candidate=slot.candidate,
-                        median_us=max(summary.median_us, 1e-3),
-                        p10_us=max(summary.p10_us, 1e-3),
-                        p90_us=max(summary.p90_us, 1e-3),
-                        std_us=summary.std_us,
-                        samples=summary.samples,
-                        outliers_rejected=summary.outliers_rejected,
-                        compile_ms=slot.compile_ms,
-                    )
-                )
-            else:
-                measurements.append(
-                    Measurement(
-                        candidate=slot.candidate,
-                        valid=False,
-                        error=redact_error(slot.error or "not measured"),
-                        compile_ms=slot.compile_ms,
-                    )
-                )
-        s = self.settings
-        min_gain = s.thermal_min_gain if snapshot.thermal_safe else s.min_gain
-        default_us = medians.get(VENDOR_DEFAULT.id)
-        long_kernel = default_us is not None and default_us >= s.long_kernel_us
-        if long_kernel:
-            min_gain = max(min_gain, s.long_kernel_min_gain)
-        winner_id, rationale = choose_winner(
-            medians,
-            slots,
-            min_gain=min_gain,
+        measurements = [_measurement(slot) for slot in slots]
+        decision = decide(
+            measurements,
+            failed=sum(1 for slot in slots if not slot.valid),
+            settings=self.settings,
+            telemetry=snapshot,
             confirm=lambda best: self._head_to_head(slots, best, times),
         )
-        if long_kernel:
-            rationale += (
-                f"; default above {s.long_kernel_us:.0f} us: a tuned kernel had to "
-                f"win by {min_gain:.0%}"
-            )
-        if snapshot.thermal_safe:
-            rationale += f"; device above 85 C: a tuned kernel had to win by {min_gain:.0%}"
-        if snapshot.delayed_ms:
-            rationale += f"; waited {snapshot.delayed_ms:.0f} ms for a busy device"
+        rationale = decision.rationale
         log.debug("probe %s: %s", problem.canonical(), times.line())
         log.debug("probe %s: %s", problem.canonical(), rationale)
         return ProbeRun(
@@ -429,7 +340,7 @@ class ProbeEngine:
             hardware=hardware,
             problem=problem,
             measurements=measurements,
-            winner_id=winner_id,
+            winner_id=decision.winner_id,
             budget_ms=times.probe_ms,
             compile_ms=times.plan_ms + times.compile_ms,
             telemetry=snapshot,
@@ -438,166 +349,23 @@ class ProbeEngine:
         )
 
 
-def operand_bytes(operands: Any) -> int:
-    """Return the bytes of the tensors an operand set holds, each storage counted once."""
-    storages: dict[int, int] = {}
-    for value in vars(operands).values():
-        if hasattr(value, "untyped_storage"):
-            storage = value.untyped_storage()
-            storages[storage.data_ptr()] = storage.nbytes()
-    return sum(storages.values())
-
-
-def cold_copies(operand_bytes: int, *, l2_bytes: int, limit: int) -> int:
-    """Return how many operand copies hold at least twice the L2 (2 at least, `limit` at most)."""
-    return min(limit, max(2, math.ceil(2 * l2_bytes / max(operand_bytes, 1)) + 1))
-
-
-def pick_shortlist(
-    offers: dict[str, list[Candidate]], quota: dict[str, int], limit: int
-) -> list[Candidate]:
-    """Take each provider's quota of its best offers, then fill leftover slots in order."""
-    chosen: list[Candidate] = []
-    seen: set[str] = set()
-    order = [b for b in quota if b in offers] + [b for b in offers if b not in quota]
-
-    def take(backend: str, count: int) -> None:
-        for c in offers[backend]:
-            if count <= 0 or len(chosen) >= limit:
-                return
-            if c.id not in seen:
-                chosen.append(c)
-                seen.add(c.id)
-                count -= 1
-
-    for backend in order:
-        take(backend, quota.get(backend, 0))
-    for backend in order:
-        take(backend, limit)
-    return chosen
-
-
-def choose_winner(
-    medians: dict[str, float],
-    slots: Sequence[_Slot],
-    *,
-    min_gain: float,
-    confirm: Callable[[str], float | None] | None = None,
-) -> tuple[str | None, str]:
-    """Pick the fastest valid candidate; keep the default unless the winner clearly beats it.
-
-    `confirm(best_id)` re-times the leader head to head with the default and returns its
-    gain there; a leader that gains less than `min_gain` there does not win.
-    """
-    if not medians:
-        return None, "no candidate produced a valid measurement"
-    labels = {s.candidate.id: s.candidate.label() for s in slots}
-    best = min(medians, key=medians.__getitem__)
-    default = medians.get(VENDOR_DEFAULT.id)
-    invalid = sum(1 for s in slots if not s.valid)
-    tail = f"{len(medians)} measured, {invalid} failed or invalid"
-    if default is None:
-        return best, f"{labels[best]} fastest at {medians[best]:.2f} us; default unmeasured; {tail}"
-    if best != VENDOR_DEFAULT.id and medians[best] > default * (1 - min_gain):
-        return VENDOR_DEFAULT.id, (
-            f"kept vendor-default {default:.2f} us: best {labels[best]} {medians[best]:.2f} us "
-            f"is within {min_gain:.0%}; {tail}"
+def _measurement(slot: _Slot) -> Measurement:
+    """Summarize a slot's samples, or record why it has none."""
+    if not (slot.valid and slot.values):
+        return Measurement(
+            candidate=slot.candidate,
+            valid=False,
+            error=redact_error(slot.error or "not measured"),
+            compile_ms=slot.compile_ms,
         )
-    if best != VENDOR_DEFAULT.id and confirm is not None:
-        gain = confirm(best)
-        if gain is not None and gain < min_gain:
-            return VENDOR_DEFAULT.id, (
-                f"kept vendor-default {default:.2f} us: {labels[best]} led the round robin at "
-                f"{medians[best]:.2f} us but gained {gain:+.1%} head to head; {tail}"
-            )
-        if gain is not None:
-            tail += f"; head to head {gain:+.1%}"
-    speedup = default / medians[best]
-    return best, (
-        f"{labels[best]} {medians[best]:.2f} us vs vendor-default {default:.2f} us "
-        f"({speedup:.3f}x); {tail}"
-    )
-
-
-DEFAULT_PROVIDERS: dict[str, tuple[str, ...]] = {
-    "cpu": (
-        "vendor-default",
-        "cpu-torch",
-        "cpu-numpy",
-        "torch-conv",
-        "im2col",
-        "layernorm-composite",
-    ),
-    "nvidia": (
-        "vendor-default",
-        "padded",
-        "cublaslt",
-        "triton",
-        "torch-conv",
-        "im2col",
-        "layernorm-composite",
-    ),
-    "amd": (
-        "vendor-default",
-        "padded",
-        "hipblaslt",
-        "triton",
-        "torch-conv",
-        "im2col",
-        "layernorm-composite",
-    ),
-}
-
-
-def build_engine(
-    *,
-    device: str = "auto",
-    op_config: OpConfig | None = None,
-    host_id: str,
-    settings: ProbeSettings | None = None,
-    sm_limit: int | None = None,
-    providers: Sequence[str] | None = None,
-    bans_path: Any = None,
-    telemetry: str | None = None,
-    clock: Clock | None = None,
-    measure_bandwidth: bool = False,
-) -> ProbeEngine:
-    """Open the device and assemble an engine from the registered plugins."""
-    from pathlib import Path
-
-    import platformdirs
-
-    from agents.probe.device import open_device
-    from agents.probe.hardware import detect_hardware
-    from agents.probe.timers import TIMERS
-    from agents.providers import builtin
-    from agents.telemetry import TELEMETRY, default_source
-
-    settings = settings or ProbeSettings()
-    dev = open_device(device, sm_limit=sm_limit)
-    names = providers or DEFAULT_PROVIDERS[dev.vendor]
-    chosen = [builtin.create(name, settings=settings) for name in names]
-    hardware = detect_hardware(dev, measure_bandwidth=measure_bandwidth)
-    if dev.is_gpu:
-        # warmup=0: the engine's first launch of each candidate (compile and validation)
-        # already warmed it up.
-        timer: Timer = TIMERS.create(
-            "cuda-graph", stream=dev.stream, warmup=0, use_graphs=settings.use_graphs
-        )
-    else:
-        timer = TIMERS.create("cpu")
-    source = TELEMETRY.create(telemetry) if telemetry else default_source(dev.vendor, dev.index)
-    if bans_path is None:
-        bans_path = Path(platformdirs.user_state_dir("tps")) / "bans.json"
-    return ProbeEngine(
-        device=dev,
-        providers=chosen,
-        timer=timer,
-        telemetry=source,
-        bans=BanList.load(bans_path),
-        host_id=host_id,
-        settings=settings,
-        op_config=op_config,
-        clock=clock,
-        hardware=hardware,
+    summary = summarize(slot.values)
+    return Measurement(
+        candidate=slot.candidate,
+        median_us=max(summary.median_us, 1e-3),
+        p10_us=max(summary.p10_us, 1e-3),
+        p90_us=max(summary.p90_us, 1e-3),
+        std_us=summary.std_us,
+        samples=summary.samples,
+        outliers_rejected=summary.outliers_rejected,
+        compile_ms=slot.compile_ms,
     )

@@ -203,11 +203,12 @@ def _gpu_copy_gbs(device: Device) -> float:
         src = torch.ones(2**28, dtype=torch.float32, device=device.torch_device)
         dst = torch.empty_like(src)
         dst.copy_(src)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         start.record(s)
         for _ in range(5):
             dst.copy_(src)
         end.record(s)
     end.synchronize()
-    seconds = start.elapsed_time(end) / 1000 / 5
+    seconds = float(start.elapsed_time(end)) / 1000 / 5
     return round(2 * src.nbytes / seconds / 1e9, 1)

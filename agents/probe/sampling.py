@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from agents.probe.stats import SampleSummary, summarize
-from agents.probe.timers import Armed, Timer
+from agents.probe.timers.base import Armed, Timer
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from agents.registry import Registry
 from tps.candidate import Candidate
 from tps.problem import ProblemKey
 
@@ -88,6 +87,3 @@ class Provider(Protocol):
     ) -> Kernel:
         """Compile or plan `candidate` for these operands; raise CandidateError if it cannot."""
         ...
-
-
-PROVIDERS: Registry[Provider] = Registry("candidate provider")

@@ -6,8 +6,7 @@ from typing import Any
 
 from agents.errors import CandidateError
 from agents.probe.device import Device
-from agents.providers.base import PROVIDERS, Kernel
-from agents.providers.vendor import default_runner
+from agents.providers.base import Kernel
 from tps.candidate import VENDOR_DEFAULT, Candidate
 from tps.problem import ProblemKey
 
@@ -42,7 +41,6 @@ def _with_flags(fn: Any, *, benchmark: bool, tf32: bool) -> Any:
         backend.benchmark, backend.allow_tf32 = saved
 
 
-@default_runner("conv2d")
 def conv2d_default(problem: ProblemKey, operands: Any, device: Device) -> Kernel:
     """F.conv2d on NCHW tensors with cuDNN's benchmark mode off, as torch starts."""
 
@@ -56,7 +54,6 @@ def conv2d_default(problem: ProblemKey, operands: Any, device: Device) -> Kernel
     return Kernel(candidate=VENDOR_DEFAULT, run=run)
 
 
-@PROVIDERS.register("torch-conv")
 class TorchConvProvider:
     """F.conv2d with a memory format and, on GPUs, cuDNN/MIOpen benchmark mode.
 
@@ -107,7 +104,6 @@ class TorchConvProvider:
         return Kernel(candidate=candidate, run=run, copy_bytes=copy)
 
 
-@PROVIDERS.register("im2col")
 class Im2colProvider:
     """Convolution as unfold + one GEMM: the explicit form of the implicit-GEMM method."""
 

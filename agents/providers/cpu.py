@@ -7,7 +7,7 @@ from typing import Any
 
 from agents.errors import CandidateError
 from agents.probe.device import Device
-from agents.providers.base import PROVIDERS, Kernel
+from agents.providers.base import Kernel
 from tps.candidate import Candidate
 from tps.problem import ProblemKey
 
@@ -18,7 +18,6 @@ def thread_choices(device: Device) -> list[int]:
     return sorted({most, max(1, most // 2), 1}, reverse=True)
 
 
-@PROVIDERS.register("cpu-torch")
 class CpuTorchProvider:
     """torch.matmul on the CPU with a thread count and an operand layout.
 
@@ -65,7 +64,6 @@ class CpuTorchProvider:
         return Kernel(candidate=candidate, run=run, graphable=False, copy_bytes=copy)
 
 
-@PROVIDERS.register("cpu-numpy")
 class CpuNumpyProvider:
     """numpy.matmul (its own BLAS build) on fp32 and fp64 operands."""
 

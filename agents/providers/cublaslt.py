@@ -12,7 +12,7 @@ from typing import Any
 
 from agents.errors import CandidateError
 from agents.probe.device import Device
-from agents.providers.base import PROVIDERS, Kernel
+from agents.providers.base import Kernel
 from tps.candidate import Candidate
 from tps.problem import ProblemKey
 
@@ -84,7 +84,6 @@ class _Plan:
         self.ranked = [algorithm_params(a) for a in algorithms]
 
 
-@PROVIDERS.register("cublaslt")
 class CublasLtProvider:
     backend = "cublaslt"
     ops = frozenset({"gemm"})

@@ -5,13 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from agents.probe.device import Device
-from agents.providers.base import PROVIDERS, Kernel
-from agents.providers.vendor import default_runner
+from agents.providers.base import Kernel
 from tps.candidate import VENDOR_DEFAULT, Candidate
 from tps.problem import ProblemKey
 
 
-@default_runner("layernorm")
 def layernorm_default(problem: ProblemKey, operands: Any, device: Device) -> Kernel:
     import torch.nn.functional as F
 
@@ -20,7 +18,6 @@ def layernorm_default(problem: ProblemKey, operands: Any, device: Device) -> Ker
     return Kernel(candidate=VENDOR_DEFAULT, run=lambda: F.layer_norm(x, shape, w, b, operands.eps))
 
 
-@PROVIDERS.register("layernorm-composite")
 class CompositeLayerNormProvider:
     """mean, variance and affine as separate float32 tensor ops (what unfused code runs)."""
 

@@ -16,7 +16,7 @@ from typing import Any
 from agents.errors import CandidateError
 from agents.ops.gemm import FP8, GemmOperands
 from agents.probe.device import Device
-from agents.providers.base import PROVIDERS, Kernel
+from agents.providers.base import Kernel
 from agents.providers.vendor import gemm_default
 from tps.candidate import Candidate
 from tps.problem import DTYPE_BYTES, ProblemKey
@@ -41,7 +41,6 @@ def fp8_needs_padding(problem: ProblemKey) -> bool:
     return problem.batch == 1 and (any(d % 16 for d in dims) or not layout_ok)
 
 
-@PROVIDERS.register("padded")
 class PaddedProvider:
     backend = "padded"
     ops = frozenset({"gemm"})

@@ -10,7 +10,7 @@ from typing import Any
 
 from agents.errors import CandidateError
 from agents.probe.device import Device
-from agents.providers.base import PROVIDERS, Kernel
+from agents.providers.base import Kernel
 from tps.candidate import Candidate
 from tps.problem import DTYPE_BYTES, ProblemKey
 
@@ -118,7 +118,6 @@ def as_params(cfg: tuple[int, ...], split_k: int = 1) -> dict[str, int]:
     return params
 
 
-@PROVIDERS.register("triton")
 class TritonGemmProvider:
     backend = "triton"
     ops = frozenset({"gemm", "layernorm"})

@@ -13,7 +13,7 @@ from typing import Any
 
 from agents.errors import CandidateError
 from agents.probe.device import Device
-from agents.providers.base import PROVIDERS, Kernel
+from agents.providers.base import Kernel
 from agents.tunableop_csv import TunableFile, TunableResult, solution_backend, write_file
 from tps.candidate import Candidate
 from tps.problem import ProblemKey
@@ -113,7 +113,3 @@ class TunableOpProvider:
                 t.enable(was_enabled)
 
         return Kernel(candidate=candidate, run=run)
-
-
-PROVIDERS.add("hipblaslt", lambda **kw: TunableOpProvider("hipblaslt", **kw))
-PROVIDERS.add("rocblas", lambda **kw: TunableOpProvider("rocblas", **kw))

@@ -2,35 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from agents.errors import CandidateError
 from agents.probe.device import Device
-from agents.providers.base import PROVIDERS, Kernel
+from agents.providers.base import Kernel
 from tps.candidate import VENDOR_DEFAULT, Candidate
 from tps.problem import ProblemKey
 
-# op name -> builder of the framework's own call for that op's operands.
+# Builds the framework's own call for one op's operands.
 DefaultRunner = Callable[[ProblemKey, Any, Device], Kernel]
-DEFAULT_RUNNERS: dict[str, DefaultRunner] = {}
 
 
-def default_runner(op: str) -> Callable[[DefaultRunner], DefaultRunner]:
-    def decorate(fn: DefaultRunner) -> DefaultRunner:
-        DEFAULT_RUNNERS[op] = fn
-        return fn
-
-    return decorate
-
-
-@PROVIDERS.register("vendor-default")
 class VendorDefaultProvider:
+    """The framework's own call for each op in `runners` (op name -> its builder)."""
+
     backend = "vendor-default"
+
+    def __init__(self, runners: Mapping[str, DefaultRunner]) -> None:
+        self.runners = dict(runners)
 
     @property
     def ops(self) -> frozenset[str]:
-        return frozenset(DEFAULT_RUNNERS)
+        return frozenset(self.runners)
 
     def available(self, device: Device) -> bool:
         return True
@@ -43,13 +38,12 @@ class VendorDefaultProvider:
     def prepare(
         self, candidate: Candidate, problem: ProblemKey, operands: Any, device: Device
     ) -> Kernel:
-        runner = DEFAULT_RUNNERS.get(problem.op)
+        runner = self.runners.get(problem.op)
         if runner is None:
             raise CandidateError(f"no framework default for op {problem.op!r}")
         return runner(problem, operands, device)
 
 
-@default_runner("gemm")
 def gemm_default(problem: ProblemKey, operands: Any, device: Device) -> Kernel:
     """torch.mm / torch.bmm (torch._scaled_mm for fp8), honouring tf32 for tf32 problems."""
     import torch

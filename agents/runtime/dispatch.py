@@ -22,10 +22,11 @@ from typing import Any
 
 from agents.bans import BanList
 from agents.cache import CacheEntry, ProbeCache
-from agents.ops import TOLERANCE, relative_error
+from agents.ops.base import TOLERANCE, relative_error
 from agents.probe.device import Device
 from agents.probe.sampling import interleaved
-from agents.probe.timers import TIMERS, Timer
+from agents.probe.timers.base import Timer
+from agents.probe.timers.table import TIMERS
 from agents.providers.base import Kernel, Provider
 from agents.runtime.keys import gemm_problem
 from agents.runtime.runners import Runner, make_runner

@@ -35,7 +35,7 @@ COLUMNS = (
 
 def write_workload(path: str | Path, counts: Iterable[tuple[ProblemKey, int]]) -> int:
     """Write (merging with what `path` already holds) and return how many problems it lists."""
-    from agents.daemon.sources import read_shape_rows
+    from agents.daemon.workloads import read_shape_rows
 
     path = Path(path)
     problems: dict[str, ProblemKey] = {}

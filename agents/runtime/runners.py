@@ -12,10 +12,10 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from agents.ops.gemm import GemmOperands
+from agents.plugins import PluginTable
 from agents.probe.device import Device
 from agents.providers.base import Provider
 from agents.providers.padded import round_up
-from agents.registry import Registry
 from tps.candidate import Candidate
 from tps.problem import ProblemKey
 
@@ -27,7 +27,6 @@ class Runner(Protocol):
 
 
 RunnerFactory = Callable[..., Runner]
-RUNNERS: Registry[Runner] = Registry("runner")
 
 
 class ProviderRunner:
@@ -46,7 +45,6 @@ class ProviderRunner:
         return self.provider.prepare(self.candidate, self.problem, operands, self.device).run()
 
 
-@RUNNERS.register("padded")
 class PaddedRunner:
     """Copy A and B into zero-padded buffers with aligned rows, multiply, return the [M, N] view.
 
@@ -95,7 +93,6 @@ class PaddedRunner:
         return (self.np_, 1)
 
 
-@RUNNERS.register("cublaslt")
 class CublasLtRunner:
     """One nvmath Matmul planned on the first call's tensors, rebound to each call's tensors."""
 
@@ -135,6 +132,13 @@ class CublasLtRunner:
         else:
             self._matmul.reset_operands(a=a, b=b)
         return self._matmul.execute(algorithm=self._algorithm, stream=torch.cuda.current_stream())
+
+
+# Backends whose winners run through a runner of their own (buffers, plans kept between
+# calls); every other backend runs through its provider (ProviderRunner).
+RUNNERS: PluginTable[Runner] = PluginTable(
+    "runner", {"padded": PaddedRunner, "cublaslt": CublasLtRunner}
+)
 
 
 def make_runner(

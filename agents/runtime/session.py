@@ -105,7 +105,7 @@ def open_session(
     for the host id of runs this runtime probes.
     """
     from agents.daemon.settings import load_settings
-    from agents.probe.engine import build_engine
+    from agents.probe.assemble import build_engine
 
     mode = Mode(mode)
     agent = load_settings()

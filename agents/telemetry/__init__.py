@@ -1,6 +1,7 @@
-"""Device telemetry: collectors behind one small protocol, and the busy/thermal gate."""
+"""Device telemetry: readers behind one small protocol, and the busy/thermal gate."""
 
 from agents.telemetry.gate import TelemetryGate
-from agents.telemetry.sources import TELEMETRY, NullSource, TelemetrySource, default_source
+from agents.telemetry.readers import NullSource, TelemetrySource
+from agents.telemetry.table import TELEMETRY_SOURCES, default_source
 
-__all__ = ["TELEMETRY", "NullSource", "TelemetryGate", "TelemetrySource", "default_source"]
+__all__ = ["TELEMETRY_SOURCES", "NullSource", "TelemetryGate", "TelemetrySource", "default_source"]

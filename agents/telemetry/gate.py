@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agents.clock import Clock
-from agents.telemetry.sources import TelemetrySource
+from agents.telemetry.readers import TelemetrySource
 from tps.schemas import Telemetry
 
 

@@ -11,9 +11,9 @@ from agents.opconfig import OpConfig, TunableOpEntry
 from agents.probe.device import Device
 from agents.probe.engine import ProbeEngine
 from agents.probe.settings import ProbeSettings
-from agents.probe.timers import CpuTimer
-from agents.providers import builtin
+from agents.probe.timers.cpu import CpuTimer
 from agents.providers.base import Kernel
+from agents.providers.table import create_provider
 from agents.telemetry import NullSource
 from tps.candidate import Candidate
 from tps.problem import ProblemKey
@@ -76,7 +76,7 @@ def cpu_engine(
     chosen = (
         providers
         if providers is not None
-        else [builtin.create(name, settings=settings) for name in ("vendor-default", "cpu-torch")]
+        else [create_provider(name, settings=settings) for name in ("vendor-default", "cpu-torch")]
     )
     return ProbeEngine(
         device=Device(kind="cpu", threads=torch.get_num_threads()),

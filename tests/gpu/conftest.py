@@ -3,7 +3,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def engine(tmp_path_factory):
-    from agents.probe.engine import build_engine
+    from agents.probe.assemble import build_engine
 
     return build_engine(
         device="cuda",

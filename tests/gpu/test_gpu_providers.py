@@ -13,7 +13,7 @@ if not torch.cuda.is_available():
 from agents.ops.gemm import GemmOp, gemm_operands  # noqa: E402
 from agents.probe.device import open_device  # noqa: E402
 from agents.probe.settings import ProbeSettings  # noqa: E402
-from agents.providers import builtin  # noqa: E402
+from agents.providers.table import create_provider  # noqa: E402
 from tps.problem import ProblemKey  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -26,7 +26,7 @@ def linear(m, n, k, dtype="bf16"):
 
 def _check_all(provider_name, problem, limit=4):
     device = open_device("cuda")
-    provider = builtin.create(provider_name, settings=ProbeSettings())
+    provider = create_provider(provider_name, settings=ProbeSettings())
     operands = gemm_operands(problem, device.torch_device, seed=1)
     cands = provider.candidates(problem, device, limit=limit, operands=operands)
     assert cands, f"{provider_name} offered nothing for {problem.canonical()}"
@@ -70,7 +70,7 @@ def test_triton_split_k_sums_its_slices_exactly_once(shape, split):
 
     problem = linear(*shape)
     device = open_device("cuda")
-    provider = builtin.create("triton", settings=ProbeSettings())
+    provider = create_provider("triton", settings=ProbeSettings())
     operands = gemm_operands(problem, device.torch_device, seed=2)
     c = Candidate(backend="triton", params=as_params((16, 64, 128, 8, 4, 3), split))
     kernel = provider.prepare(c, problem, operands, device)
@@ -89,7 +89,7 @@ def test_triton_gemv_is_correct_and_idempotent(shape, split):
 
     problem = linear(*shape)
     device = open_device("cuda")
-    provider = builtin.create("triton", settings=ProbeSettings())
+    provider = create_provider("triton", settings=ProbeSettings())
     operands = gemm_operands(problem, device.torch_device, seed=3)
     params = {**GEMV_PARAMS, **({"SPLIT_K": split} if split > 1 else {})}
     kernel = provider.prepare(Candidate(backend="triton", params=params), problem, operands, device)
@@ -186,7 +186,7 @@ def test_tunableop_solutions_on_rocm():
 
 @pytest.fixture(scope="module")
 def cold_engine(tmp_path_factory):
-    from agents.probe.engine import build_engine
+    from agents.probe.assemble import build_engine
 
     return build_engine(
         device="cuda",

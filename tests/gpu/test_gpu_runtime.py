@@ -46,16 +46,16 @@ def session_with(tmp_path, winner, problem, **kwargs) -> RuntimeSession:
 def offered(backend, problem, limit=4):
     from agents.probe.device import open_device
     from agents.probe.settings import ProbeSettings
-    from agents.providers import builtin
+    from agents.providers.table import create_provider
 
     device = open_device("cuda")
-    provider = builtin.create(backend, settings=ProbeSettings())
+    provider = create_provider(backend, settings=ProbeSettings())
     operands = gemm_operands(problem, device.torch_device, seed=1)
     return provider.candidates(problem, device, limit=limit, operands=operands)
 
 
 def close_to_default(out, a, b, dtype="bf16"):
-    from agents.ops import TOLERANCE, relative_error
+    from agents.ops.base import TOLERANCE, relative_error
 
     err = relative_error(out, (a.double() @ b.double()))
     return err <= TOLERANCE[dtype], err

@@ -134,7 +134,7 @@ def register(agent_app: typer.Typer) -> None:
         """
         from agents.errors import AgentError
         from agents.opconfig import OpConfig
-        from agents.probe.engine import build_engine
+        from agents.probe.assemble import build_engine
         from agents.probe.settings import ProbeSettings
 
         problem = parse_problem(op, shape, dtype, trans_a=trans_a, trans_b=trans_b)

@@ -124,7 +124,7 @@ def cpu_engine(tmp_path_factory: pytest.TempPathFactory):
 
     from agents.daemon.identity import host_id, read_machine_id
     from agents.opconfig import OpConfig, TunableOpEntry
-    from agents.probe.engine import build_engine
+    from agents.probe.assemble import build_engine
     from agents.probe.settings import ProbeSettings
 
     settings = ProbeSettings(

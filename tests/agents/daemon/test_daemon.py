@@ -16,10 +16,10 @@ from agents.daemon.daemon import AgentDaemon
 from agents.daemon.errors import PriorsError
 from agents.daemon.metrics import AgentMetrics
 from agents.daemon.pusher import Pusher, RetryPolicy
-from agents.daemon.sources import WorkloadSources
 from agents.daemon.spool import Spool
 from agents.daemon.status import read_status
 from agents.daemon.warmstart import PriorsClient
+from agents.daemon.workloads import WorkloadSources
 from tests.agents.daemon.conftest import CPU, TILES, DictCache, ListEngine, gemm
 from tps.candidate import VENDOR_DEFAULT
 from tps.problem import ProblemKey

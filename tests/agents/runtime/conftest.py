@@ -13,8 +13,8 @@ from agents.bans import BanList
 from agents.cache import CacheEntry, ProbeCache
 from agents.probe.device import Device
 from agents.probe.hardware import detect_hardware
-from agents.providers import builtin
 from agents.providers.base import Kernel
+from agents.providers.table import create_provider
 from agents.runtime import AdmissionSettings, Mode, Runtime
 from tests.agents.conftest import FAST
 from tps.candidate import Candidate
@@ -100,7 +100,7 @@ def make_runtime(
         cache = ProbeCache(tmp_path / "cache.json")
         cache.merge(list(entries))
         providers: dict[str, Any] = {
-            name: builtin.create(name, settings=FAST) for name in ("cpu-torch", "vendor-default")
+            name: create_provider(name, settings=FAST) for name in ("cpu-torch", "vendor-default")
         }
         providers["cpu-scaled"] = ScaledProvider()
         return Runtime(

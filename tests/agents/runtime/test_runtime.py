@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from agents.cache import ProbeCache
-from agents.daemon.sources import WorkloadSources, read_shape_rows
+from agents.daemon.workloads import WorkloadSources, read_shape_rows
 from agents.runtime import AdmissionSettings, Mode, RuntimeSession, tune, tuned, untune
 from agents.runtime.keys import gemm_problem
 from tests.agents.runtime.conftest import entry_for, scaled
@@ -128,14 +128,14 @@ def test_record_writes_a_workload_the_daemon_reads(make_runtime, tmp_path, opera
 def test_tune_probes_a_miss_once_then_routes_it(make_runtime, tmp_path, operands, cpu_device):
     from agents.bans import BanList
     from agents.probe.engine import ProbeEngine
-    from agents.probe.timers import CpuTimer
-    from agents.providers import builtin
+    from agents.probe.timers.cpu import CpuTimer
+    from agents.providers.table import create_provider
     from agents.telemetry import NullSource
     from tests.agents.conftest import FAST, HOST
 
     engine = ProbeEngine(
         device=cpu_device,
-        providers=[builtin.create(n, settings=FAST) for n in ("vendor-default", "cpu-torch")],
+        providers=[create_provider(n, settings=FAST) for n in ("vendor-default", "cpu-torch")],
         timer=CpuTimer(),
         telemetry=NullSource(),
         bans=BanList(),

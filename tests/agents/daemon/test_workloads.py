@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from agents.daemon.errors import SourceError
-from agents.daemon.sources import (
+from agents.daemon.workloads import (
     WatchFolder,
     WorkloadSources,
     parse_untuned_line,

@@ -1,52 +1,14 @@
-"""Timers: how one sample of a kernel is taken on a device, as small plugins.
-
-A timer arms a kernel (a CUDA graph of `reps` launches, or a plain loop) and then takes
-rounds of samples over all armed kernels in the order it is given, reporting µs per launch.
-"""
+"""Wall-clock timing on the host, for CPU candidates."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
 
+from agents.probe.timers.base import Armed
 from agents.providers.base import Kernel
-from agents.registry import Registry
 
 
-@dataclass
-class Armed:
-    """A kernel ready to be sampled: `reps` launches per sample."""
-
-    kernel: Kernel
-    reps: int
-    kernel_us: float = 0.0
-    handle: Any = None
-    mode: str = "loop"
-    notes: list[str] = field(default_factory=list)
-
-
-class Timer(Protocol):
-    name: str
-
-    def estimate_us(self, kernels: Sequence[Kernel]) -> list[float]:
-        """Warm each kernel up and return rough per-launch times, to size the repetitions."""
-        ...
-
-    def arm(self, kernel: Kernel, reps: int, kernel_us: float = 0.0) -> Armed: ...
-
-    def sample_rounds(
-        self, armed: Sequence[Armed], orders: Sequence[Sequence[int]]
-    ) -> list[dict[int, float]]:
-        """Run rounds; round r samples armed[i] for i in orders[r]; return µs per launch."""
-        ...
-
-
-TIMERS: Registry[Timer] = Registry("timer")
-
-
-@TIMERS.register("cpu")
 class CpuTimer:
     """Wall-clock timing on the host with perf_counter_ns, `reps` calls per sample."""
 

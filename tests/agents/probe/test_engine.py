@@ -4,7 +4,7 @@ import pytest
 
 from agents.bans import BanList
 from agents.errors import UnsupportedProblemError
-from agents.providers import builtin
+from agents.providers.table import create_provider
 from tests.agents.conftest import FAST, ManualClock, WrongProvider, cpu_engine, gemm
 from tps.candidate import VENDOR_DEFAULT, Candidate
 from tps.problem import ProblemKey
@@ -35,7 +35,7 @@ def test_leading_dims_strides_and_batches_are_probed(engine):
 
 
 def test_planted_wrong_candidate_is_banned_and_the_ban_persists(tmp_path):
-    providers = [builtin.create("vendor-default", settings=FAST), WrongProvider()]
+    providers = [create_provider("vendor-default", settings=FAST), WrongProvider()]
     run = cpu_engine(tmp_path, providers=providers).probe(gemm())
     wrong = next(m for m in run.measurements if m.candidate.backend == "cpu-wrong")
     assert not wrong.valid and wrong.median_us is None
@@ -96,7 +96,7 @@ class _Paced:
         return [10.0 if k.candidate == VENDOR_DEFAULT else 5.0 for k in kernels]
 
     def arm(self, kernel, reps, kernel_us=0.0):
-        from agents.probe.timers import Armed
+        from agents.probe.timers.base import Armed
 
         self.reps.append(reps)
         return Armed(kernel=kernel, reps=reps, kernel_us=kernel_us)
@@ -131,7 +131,7 @@ def test_cold_cache_rotates_operand_copies_that_outgrow_the_l2(tmp_path):
         name = "counting"
 
         def __init__(self):
-            from agents.probe.timers import CpuTimer
+            from agents.probe.timers.cpu import CpuTimer
 
             self.inner = CpuTimer()
 
@@ -149,32 +149,3 @@ def test_cold_cache_rotates_operand_copies_that_outgrow_the_l2(tmp_path):
     assert all(m.valid for m in run.measurements), [m.error for m in run.measurements]
     assert launches and set(launches) == {8}  # 1 MiB of L2 against ~20 kB of operands: capped
     assert "8 operand copies in rotation" in run.rationale
-
-
-def test_cold_copies_hold_twice_the_l2():
-    from agents.ops.gemm import gemm_operands
-    from agents.probe.engine import cold_copies, operand_bytes
-
-    operands = gemm_operands(gemm(m=64, n=32, k=16), "cpu", seed=0)
-    assert operand_bytes(operands) == (64 * 16 + 16 * 32) * 4
-    assert cold_copies(1 << 20, l2_bytes=1 << 20, limit=32) == 3
-    assert cold_copies(4 << 20, l2_bytes=1 << 20, limit=32) == 2
-    assert cold_copies(1, l2_bytes=1 << 20, limit=32) == 32
-
-
-def test_a_rotating_kernel_runs_each_copy_once_and_closes_them_all():
-    from agents.providers.base import Kernel, rotating
-
-    ran, closed = [], []
-    kernels = [
-        Kernel(
-            candidate=VENDOR_DEFAULT,
-            run=lambda i=i: ran.append(i) or i,
-            close=lambda i=i: closed.append(i),
-        )
-        for i in range(3)
-    ]
-    kernel = rotating(kernels)
-    assert kernel.run() == 2 and ran == [0, 1, 2] and kernel.launches == 3
-    kernel.close()
-    assert closed == [0, 1, 2]

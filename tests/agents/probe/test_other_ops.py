@@ -2,7 +2,7 @@
 
 import pytest
 
-from agents.providers import builtin
+from agents.providers.table import create_provider
 from tests.agents.conftest import FAST, cpu_engine
 from tps.candidate import VENDOR_DEFAULT
 from tps.problem import ProblemKey
@@ -11,7 +11,7 @@ from tps.problem import ProblemKey
 def engine_for(tmp_path, *names):
     from agents.opconfig import OpConfig, TunableOpEntry
 
-    engine = cpu_engine(tmp_path, providers=[builtin.create(n, settings=FAST) for n in names])
+    engine = cpu_engine(tmp_path, providers=[create_provider(n, settings=FAST) for n in names])
     engine.op_config = OpConfig(
         tunable_ops=[
             TunableOpEntry(name="conv2d", candidates=4),

@@ -13,13 +13,26 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from agents.probe.timers import TIMERS, Armed
+from agents.probe.timers.base import Armed
 from agents.providers.base import Kernel
 
 log = logging.getLogger(__name__)
 
 
-@TIMERS.register("cuda-graph")
+def _timing_event() -> Any:
+    """Return a device event that records time."""
+    import torch
+
+    return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]  # torch leaves it untyped
+
+
+def _spin(cycles: int) -> None:
+    """Keep the device busy for `cycles` clock cycles, so the host can queue a round ahead."""
+    import torch
+
+    torch.cuda._sleep(cycles)  # type: ignore[no-untyped-call]  # torch leaves it untyped
+
+
 class CudaGraphTimer:
     name = "cuda-graph"
 
@@ -50,10 +63,10 @@ class CudaGraphTimer:
             for kernel in kernels:
                 for _ in range(self.warmup):
                     kernel.run()
-            torch.cuda._sleep(self.lead_cycles)
+            _spin(self.lead_cycles)
             for kernel in kernels:
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
+                start = _timing_event()
+                end = _timing_event()
                 start.record(s)
                 kernel.run()
                 kernel.run()
@@ -83,9 +96,7 @@ class CudaGraphTimer:
                 log.debug("graph capture failed for %s: %s", kernel.candidate.label(), exc)
                 del graph
                 torch.cuda.synchronize()
-        return Armed(
-            kernel=kernel, reps=reps, kernel_us=kernel_us, mode="loop", notes=["launch loop"]
-        )
+        return Armed(kernel=kernel, reps=reps, kernel_us=kernel_us, mode="loop")
 
     def sample_rounds(
         self, armed: Sequence[Armed], orders: Sequence[Sequence[int]]
@@ -96,12 +107,12 @@ class CudaGraphTimer:
         rounds: list[dict[int, tuple[Any, Any]]] = []
         with torch.cuda.stream(s):
             for order in orders:
-                torch.cuda._sleep(self.lead_cycles)
+                _spin(self.lead_cycles)
                 events: dict[int, tuple[Any, Any]] = {}
                 for i in order:
                     a = armed[i]
-                    start = torch.cuda.Event(enable_timing=True)
-                    end = torch.cuda.Event(enable_timing=True)
+                    start = _timing_event()
+                    end = _timing_event()
                     start.record(s)
                     if a.mode == "graph":
                         a.handle.replay()

@@ -1,26 +1,23 @@
-"""Telemetry sources: NVML, AMD SMI, or none. Missing libraries give null fields, never errors."""
+"""Telemetry readers: NVML, AMD SMI, or none. Missing libraries give null fields, never errors."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any, Protocol
 
-from agents.registry import Registry
 from tps.schemas import Telemetry
 
 log = logging.getLogger(__name__)
 
 
 class TelemetrySource(Protocol):
+    """A reader of one device's counters, taken as one snapshot."""
+
     name: str
 
     def snapshot(self) -> Telemetry: ...
 
 
-TELEMETRY: Registry[TelemetrySource] = Registry("telemetry source")
-
-
-@TELEMETRY.register("none")
 class NullSource:
     """No telemetry: every field is null."""
 
@@ -37,7 +34,6 @@ def _read(fn: Any, *args: Any) -> Any:
         return None
 
 
-@TELEMETRY.register("nvml")
 class NvmlSource:
     """NVIDIA GPUs through nvidia-ml-py."""
 
@@ -98,7 +94,6 @@ def decode_throttle(mask: int) -> list[str]:
     return [name for bit, name in _THROTTLE_BITS.items() if mask & bit]
 
 
-@TELEMETRY.register("amdsmi")
 class AmdSmiSource:
     """AMD GPUs through the amdsmi Python library."""
 
@@ -152,9 +147,3 @@ def _num(value: Any) -> float | None:
         return float(value)
     except (TypeError, ValueError):
         return None
-
-
-def default_source(vendor: str, index: int = 0) -> TelemetrySource:
-    """Return the collector for a vendor ('nvidia', 'amd'); others get none."""
-    name = {"nvidia": "nvml", "amd": "amdsmi"}.get(vendor, "none")
-    return TELEMETRY.create(name) if name == "none" else TELEMETRY.create(name, index=index)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 
-from agents.probe.timers import CpuTimer
+from agents.probe.timers.cpu import CpuTimer
+from agents.probe.timers.table import TIMERS
 from agents.providers.base import Kernel
 from tps.candidate import Candidate
 
@@ -34,3 +35,10 @@ def test_a_switch_between_kernels_is_not_charged_to_the_sample() -> None:
     samples = [us for row in rows for us in row.values()]
     assert len(samples) == 9
     assert max(samples) < SWITCH_S * 1e6 / 2, samples
+
+
+def test_the_timer_table_holds_the_host_and_the_device_event_timer() -> None:
+    assert {name: TIMERS.create(name).name for name in TIMERS} == {
+        "cpu": "cpu",
+        "cuda-graph": "cuda-graph",
+    }

@@ -1,0 +1,15 @@
+"""cuBLASLt ordering, without a GPU."""
+
+from agents.providers.cublaslt import _plain, diversify
+
+
+def test_cublaslt_short_list_tries_one_of_each_kind_first():
+    ranked = [
+        {"algo_id": 66, "tile": "64x8", "split_k": 1},
+        {"algo_id": 66, "tile": "64x8", "split_k": 1, "stages": "x"},
+        {"algo_id": 66, "tile": "64x8", "split_k": 4},
+        {"algo_id": 21, "tile": "128x128", "split_k": 1},
+    ]
+    order = diversify(ranked)
+    assert order[:3] == [ranked[0], ranked[2], ranked[3]] and order[3] == ranked[1]
+    assert _plain((1, 2, 1)) == "1x2x1" and _plain(True) is True
