@@ -23,7 +23,7 @@ import numpy as np
 
 from models.dataset import TuningData
 from models.evaluation import configurations, evaluate_holdout, match_hardware
-from models.sources import load_runs
+from models.data_files import load_runs
 from services.profiler_api.settings import Settings
 from services.profiler_api.training.kernel_tuner import find_dataset
 

@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from models.kernel_tuner import KernelTunerImportError, import_cache, import_file, op_of
-from models.sources import load_runs
+from models.data_files import load_runs
 from tps.catalog import resolve
 from tps.cli.model import push_runs, write_jsonl
 

@@ -3,7 +3,7 @@ import pytest
 from models.bundle import ModelBundle, train_bundle
 from models.dataset import TuningData
 from models.policy import BlendPolicy
-from models.priors import RankCache, family_winners, rank, rationale
+from models.priors import family_winners, rank, rationale
 from tests.models.conftest import FAST_MODEL
 from tps.catalog import resolve
 from tps.problem import ProblemKey
@@ -72,15 +72,3 @@ def test_an_unseen_shape_borrows_from_its_family(bundle: ModelBundle) -> None:
     assert ranked and {r.source for r in ranked} == {"family"}
     winners = family_winners(bundle, resolve("A100"), problem, k=3)
     assert len(winners) == 3
-
-
-def test_rank_cache_answers_repeats_from_memory(
-    bundle: ModelBundle, convolution_data: TuningData
-) -> None:
-    cache = RankCache(bundle, maxsize=1)
-    problem = next(iter(convolution_data.problems.values()))
-    first = cache.rank(resolve("L40S"), problem, limit=5)
-    assert cache.rank(resolve("L40S"), problem, limit=5) is first
-    assert first == rank(bundle, resolve("L40S"), problem, limit=5)
-    cache.rank(resolve("T4"), problem, limit=5)  # evicts the L40S answer
-    assert cache.rank(resolve("L40S"), problem, limit=5) is not first

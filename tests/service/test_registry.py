@@ -8,7 +8,7 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from services.profiler_api.orm import ModelVersion
-from services.profiler_api.registry import repository
+from services.profiler_api.model_registry import repository
 
 
 def _add(session: Session, tag: str) -> int:
@@ -59,7 +59,7 @@ def test_active_model_cache_reloads_on_activation_at_most_once_per_interval(
     db_session: Session,
 ) -> None:
     from models.bundle import checksum, train_bundle
-    from services.profiler_api.registry.cache import ActiveModelCache
+    from services.profiler_api.model_registry.cache import ActiveModelCache
     from tests.factories import tuning_runs
 
     runs = tuning_runs(["RTX A4000", "W6600"], variant="cache_test")
@@ -98,7 +98,7 @@ def test_active_model_cache_reloads_on_activation_at_most_once_per_interval(
 def test_active_model_cache_keeps_serving_when_an_artifact_is_corrupt(
     db_session: Session,
 ) -> None:
-    from services.profiler_api.registry.cache import ActiveModelCache
+    from services.profiler_api.model_registry.cache import ActiveModelCache
 
     version = repository.add_version(
         db_session,

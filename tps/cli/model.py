@@ -211,7 +211,7 @@ def import_kernel_tuner(
     from pydantic import ValidationError
 
     from models.kernel_tuner import import_cache
-    from models.sources import KERNEL_TUNER_SUFFIXES, data_files
+    from models.data_files import KERNEL_TUNER_SUFFIXES, data_files
     from tps.errors import TPSError
 
     if push and not token:
@@ -325,7 +325,7 @@ def evaluate(
     from models.dataset import TuningData
     from models.evaluation import evaluate_holdout, leave_one_out, summarise
     from models.plots import plot_score_at_k
-    from models.sources import load_runs
+    from models.data_files import load_runs
 
     if not all_holdouts and not holdout:
         raise typer.BadParameter("give --holdout NAME or --all")
@@ -380,7 +380,7 @@ def train(
     """
     from models.bundle import checksum, train_bundle
     from models.dataset import TuningData
-    from models.sources import load_runs
+    from models.data_files import load_runs
 
     tuning = TuningData.from_runs(load_runs(data))
     client = None

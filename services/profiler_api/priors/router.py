@@ -22,7 +22,7 @@ from services.profiler_api.examples import (
 )
 from services.profiler_api.metrics import ServiceMetrics
 from services.profiler_api.priors.service import Answer, PriorService, SessionFactory
-from services.profiler_api.priors.sources import PriorQuery
+from services.profiler_api.priors.query import PriorQuery
 from tps.bounds import NO_NUL
 from tps.schemas import Prior, PriorBatch, PriorBatchRequest, PriorRequest
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from models.bundle import ArtifactError, ModelBundle
-from services.profiler_api.registry import repository
+from services.profiler_api.model_registry import repository
 
 log = logging.getLogger(__name__)
 
