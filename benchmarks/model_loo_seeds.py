@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from models.data_files import load_runs
 from models.dataset import TuningData
 from models.evaluation import configurations, evaluate_holdout, match_hardware
-from models.data_files import load_runs
 from services.profiler_api.settings import Settings
 from services.profiler_api.training.kernel_tuner import find_dataset
 

@@ -28,10 +28,10 @@ from services.profiler_api.fleet.router import router as fleet_router
 from services.profiler_api.guard import BodyGuardMiddleware
 from services.profiler_api.ingest.router import router as ingest_router
 from services.profiler_api.metrics import RequestMetricsMiddleware, ServiceMetrics, state_registry
-from services.profiler_api.openapi import build_openapi
-from services.profiler_api.ops.router import router as ops_router
 from services.profiler_api.model_registry.cache import ActiveModelCache
 from services.profiler_api.model_registry.router import router as models_router
+from services.profiler_api.openapi import build_openapi
+from services.profiler_api.ops.router import router as ops_router
 from services.profiler_api.priors.cache import ChangeListener, PriorAnswerCache
 from services.profiler_api.priors.router import router as priors_router
 from services.profiler_api.priors.service import PriorService

@@ -7,8 +7,8 @@ import sqlalchemy.exc
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from services.profiler_api.orm import ModelVersion
 from services.profiler_api.model_registry import repository
+from services.profiler_api.orm import ModelVersion
 
 
 def _add(session: Session, tag: str) -> int:

@@ -210,8 +210,8 @@ def import_kernel_tuner(
     """
     from pydantic import ValidationError
 
-    from models.kernel_tuner import import_cache
     from models.data_files import KERNEL_TUNER_SUFFIXES, data_files
+    from models.kernel_tuner import import_cache
     from tps.errors import TPSError
 
     if push and not token:
@@ -322,10 +322,10 @@ def evaluate(
       tps evaluate --data benchmarks/data/kernel_tuner --holdout W7800
       tps evaluate --data benchmarks/data/kernel_tuner --all --plot k.png
     """
+    from models.data_files import load_runs
     from models.dataset import TuningData
     from models.evaluation import evaluate_holdout, leave_one_out, summarise
     from models.plots import plot_score_at_k
-    from models.data_files import load_runs
 
     if not all_holdouts and not holdout:
         raise typer.BadParameter("give --holdout NAME or --all")
@@ -379,8 +379,8 @@ def train(
       tps train --data runs.jsonl.gz --dask-scheduler tcp://scheduler:8786
     """
     from models.bundle import checksum, train_bundle
-    from models.dataset import TuningData
     from models.data_files import load_runs
+    from models.dataset import TuningData
 
     tuning = TuningData.from_runs(load_runs(data))
     client = None

@@ -21,8 +21,8 @@ from services.profiler_api.examples import (
     json_examples,
 )
 from services.profiler_api.metrics import ServiceMetrics
-from services.profiler_api.priors.service import Answer, PriorService, SessionFactory
 from services.profiler_api.priors.query import PriorQuery
+from services.profiler_api.priors.service import Answer, PriorService, SessionFactory
 from tps.bounds import NO_NUL
 from tps.schemas import Prior, PriorBatch, PriorBatchRequest, PriorRequest
 
