@@ -17,7 +17,8 @@ import numpy as np
 
 from models.bundle import ModelBundle
 from models.calibration import calibration_features, flat_share
-from models.policy import DEFAULT_POLICY, BlendPolicy, blended_order, order_by, source_rankings
+from models.policy import DEFAULT_POLICY, BlendPolicy
+from models.ranking import order_by, source_rankings
 from tps.candidate import Candidate
 from tps.hardware import HardwareSpec
 from tps.problem import ProblemKey
@@ -77,7 +78,8 @@ def rank(
         if policy is None:
             policy = choice.policy if choice is not None else DEFAULT_POLICY
         rankings = source_rankings(model, hardware, problem, frame)
-        order, sources = blended_order(rankings, policy, limit=limit)
+        served = policy.rank(rankings, limit=limit)
+        order, sources = served.order, list(served.sources)
         if choice is not None and choice.calibration is not None:
             ref_near = frame["ref_near"].to_numpy() if "ref_near" in frame else None
             confidence = choice.calibration.predict(

@@ -24,8 +24,9 @@ import pandas as pd
 from models.calibration import Calibration
 from models.dataset import TuningData, hardware_label
 from models.estimator import LatencyModel
-from models.metrics import mean_scores
+from models.metrics import RankingScores, mean_scores
 from models.policy import CANDIDATE_POLICIES, DEFAULT_POLICY, BlendPolicy
+from models.reports import ChoiceSummary
 from models.scoring import GroupResult, evaluate_group
 from tps.catalog import UnknownHardwareError, normalise_name, resolve
 from tps.errors import TPSError
@@ -135,14 +136,14 @@ class PolicyChoice:
     calibration: Calibration | None = None
     folds: list[dict[str, Any]] = field(default_factory=list)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> ChoiceSummary:
         """Return the choice as a report shows it."""
-        return {
-            "name": self.policy.name,
-            "rule": self.rule,
-            "folds": self.folds,
-            "calibrated": self.calibration is not None,
-        }
+        return ChoiceSummary(
+            name=self.policy.name,
+            rule=self.rule,
+            folds=self.folds,
+            calibrated=self.calibration is not None,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -195,11 +196,11 @@ def choose_policy(
         )
         fold: dict[str, Any] = {
             "holdout": name,
-            "baseline_nearest": {m: nearest.get(m) for m in GATE_METRICS},
+            "baseline_nearest": {m: getattr(nearest, m) for m in GATE_METRICS},
         }
         for candidate in CANDIDATE_POLICIES:
             scores = mean_scores([r.candidates[candidate.name] for r in results])
-            figures: dict[str, float | None] = {m: scores.get(m) for m in GATE_METRICS}
+            figures: dict[str, float | None] = {m: getattr(scores, m) for m in GATE_METRICS}
             figures["probes_share"] = float(
                 np.mean([_probe_share(r, r.candidates[candidate.name]) for r in results])
             )
@@ -218,7 +219,7 @@ def choose_policy(
     return PolicyChoice(policy=chosen, rule=rule, calibration=calibration, folds=folds)
 
 
-def _probe_share(result: GroupResult, scores: Any) -> float:
+def _probe_share(result: GroupResult, scores: RankingScores) -> float:
     """Return the share of the candidates probed before one is within 3% of the best."""
     return (scores.probes_to_3pct or result.n_candidates) / result.n_candidates
 

@@ -343,13 +343,14 @@ def evaluate(
         ]
     if plot:
         plot_score_at_k(reports, plot)
+    documents = [report.as_dict() for report in reports]
     if as_json:
-        payload: object = reports[0] if len(reports) == 1 else reports
+        payload: object = documents[0] if len(documents) == 1 else documents
         if all_holdouts:
-            payload = {"reports": reports, "summary": summarise(reports)}
+            payload = {"reports": documents, "summary": summarise(reports)}
         typer.echo(json.dumps(payload, indent=2))
         return
-    _print_reports(reports)
+    _print_reports(documents)
     if all_holdouts:
         for entry in summarise(reports):
             console.print(entry)
