@@ -34,8 +34,6 @@ FORMAT = "tps-latency-model/1"
 class ArtifactError(ModelError):
     """An artifact that is corrupt, tampered with, or of an unknown format."""
 
-    status_code = 422
-
 
 def checksum(artifact: bytes) -> str:
     """Return the artifact's sha256 hex digest (what the model registry stores)."""

@@ -35,8 +35,6 @@ PREDICT_THREADS = 1
 class ModelError(TPSError):
     """A model used before it is fitted, or asked about something it cannot answer."""
 
-    status_code = 409
-
 
 class LatencyModel:
     """Rank candidates and predict their latency for (hardware, problem), for one op family.

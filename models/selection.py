@@ -39,8 +39,6 @@ TIE = 1e-9
 class EvaluationError(TPSError):
     """An evaluation that cannot be run as asked."""
 
-    status_code = 422
-
 
 def match_hardware(data: TuningData, name: str) -> list[str]:
     """Return the hw_keys whose label or product name matches `name` (catalog aliases too)."""
