@@ -37,7 +37,7 @@ def hardware_label(hardware: HardwareSpec) -> str:
 
 @dataclass
 class TuningData:
-    """Measurements of one or more op families, with the specs behind their keys.
+    """Measurements of one or more ops, with the specs behind their keys.
 
     `frame` has one row per (hw_key, problem_hash, candidate_id): `median_us` is the median
     over runs of the valid medians (NaN when the candidate never ran validly there).

@@ -1,4 +1,4 @@
-"""The latency model of one op family: a LambdaRank ranker and a log-latency regressor.
+"""The latency model of one op: a LambdaRank ranker and a log-latency regressor.
 
 Rows are (hardware, problem, candidate). The ranker is grouped by (hardware, problem) and
 learns relevance labels graded by how close a candidate comes to the group's best; the
@@ -37,7 +37,7 @@ class ModelError(TPSError):
 
 
 class LatencyModel:
-    """Rank candidates and predict their latency for (hardware, problem), for one op family.
+    """Rank candidates and predict their latency for (hardware, problem), for one op.
 
     Parameters are stored as given; `fit` sets the fitted state (names ending in `_`).
     """

@@ -17,7 +17,7 @@ SERIES = (
 
 
 def plot_score_at_k(reports: list[HoldoutReport], path: Path, *, title: str | None = None) -> Path:
-    """Write a PNG of mean score@k (k = 1..20) per op family for the model and the baselines."""
+    """Write a PNG of mean score@k (k = 1..20) per op for the model and the baselines."""
     import logging
 
     import matplotlib
