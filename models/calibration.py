@@ -97,7 +97,8 @@ class Calibration:
     def predict(self, X: np.ndarray) -> np.ndarray:
         """Return P(within 3% of the best) per row."""
         z = np.asarray(X, dtype=float) @ np.asarray(self.coef) + self.intercept
-        return 1.0 / (1.0 + np.exp(-z))
+        probability: np.ndarray = 1.0 / (1.0 + np.exp(-z))
+        return probability
 
     def to_dict(self) -> dict[str, Any]:
         return {

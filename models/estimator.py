@@ -134,7 +134,8 @@ class LatencyModel:
         return block
 
     def _matrix(self, frame: pd.DataFrame) -> np.ndarray:
-        return frame.reindex(columns=self.feature_names_).to_numpy(dtype=np.float64)
+        matrix: np.ndarray = frame.reindex(columns=self.feature_names_).to_numpy(dtype=np.float64)
+        return matrix
 
     def _lgb_params(self, objective: str) -> dict[str, Any]:
         params: dict[str, Any] = {

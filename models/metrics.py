@@ -94,7 +94,8 @@ def _ranks(values: np.ndarray) -> np.ndarray:
     idx = np.flatnonzero(boundaries)
     dense = np.cumsum(boundaries[:-1]) - 1
     avg = (idx[:-1] + idx[1:] - 1) / 2.0
-    return avg[dense][inv]
+    ranks: np.ndarray = avg[dense][inv]
+    return ranks
 
 
 def median_ape(true_us: np.ndarray, predicted_us: np.ndarray | None) -> float | None:

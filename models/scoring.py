@@ -78,7 +78,8 @@ def score(true_us: np.ndarray, ranking: Ranking) -> tuple[RankingScores, list[fl
 
 def _near_best(true_us: np.ndarray) -> np.ndarray:
     t = np.where(np.isfinite(true_us), true_us, np.inf)
-    return t <= t.min() * (1.0 + NEAR_OPTIMUM)
+    near: np.ndarray = t <= t.min() * (1.0 + NEAR_OPTIMUM)
+    return near
 
 
 def evaluate_group(

@@ -31,11 +31,13 @@ OBSERVED = frozenset({"observed"})
 
 
 async def get_prior_service(request: Request) -> PriorService:
-    return request.app.state.prior_service
+    service: PriorService = request.app.state.prior_service
+    return service
 
 
 async def get_read_sessions(request: Request) -> SessionFactory:
-    return request.app.state.read_session_factory
+    sessions: SessionFactory = request.app.state.read_session_factory
+    return sessions
 
 
 PriorServiceDep = Annotated[PriorService, Depends(get_prior_service)]

@@ -79,7 +79,7 @@ def subsample_candidates(data: TuningData, *, max_candidates: int | None, seed: 
 
 def holdout_for(data: TuningData, op: str, requested: str | None) -> str:
     """Return the hardware label to hold out for `op` (the one asked for, else a fixed pick)."""
-    labels = sorted(data.for_op(op).frame["hw_label"].unique())
+    labels: list[str] = sorted(data.for_op(op).frame["hw_label"].unique())
     if len(labels) < 2:
         raise TrainingError(
             f"op {op!r} has measurements from {len(labels)} hardware; "
