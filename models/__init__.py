@@ -6,7 +6,7 @@ What the service calls (none of it imports the service):
 
       bundle = models.bundle.train_bundle(runs)          # Iterable[ProbeRun] or TuningData
       artifact = bundle.to_bytes()                       # gzipped JSON, deterministic
-      digest = models.bundle.checksum(artifact)          # sha256 hex, for the registry row
+      digest = models.bundle.checksum(artifact)          # sha256 hex, stored with the version
       bundle = ModelBundle.from_bytes(artifact, expected_checksum=digest)
 
   With a Dask client, `train_bundle(runs, client=client)` trains the boosters on the cluster.

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-
-from models.reports import HoldoutReport, SourceSummary
 
 SERIES = (
     ("model", "model"),
@@ -16,8 +15,12 @@ SERIES = (
 )
 
 
-def plot_score_at_k(reports: list[HoldoutReport], path: Path, *, title: str | None = None) -> Path:
-    """Write a PNG of mean score@k (k = 1..20) per op for the model and the baselines."""
+def plot_score_at_k(reports: list[dict[str, Any]], path: Path, *, title: str | None = None) -> Path:
+    """Write a PNG of mean score@k (k = 1..20) per op for the model and the baselines.
+
+    `reports` are written out as `HoldoutReport.as_dict()` writes them (or hold at least their
+    `op`, `holdout` and each source's `score_at_k`).
+    """
     import logging
 
     import matplotlib
@@ -27,18 +30,17 @@ def plot_score_at_k(reports: list[HoldoutReport], path: Path, *, title: str | No
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ops = sorted({r.op for r in reports})
+    ops = sorted({r["op"] for r in reports})
     fig, axes = plt.subplots(1, len(ops), figsize=(5.5 * len(ops), 4.2), squeeze=False)
     for ax, op in zip(axes[0], ops, strict=True):
-        rows = [r for r in reports if r.op == op]
+        rows = [r for r in reports if r["op"] == op]
         for key, label in SERIES:
-            summaries: list[SourceSummary | None] = [getattr(r, key) for r in rows]
-            curves = [s.score_at_k for s in summaries if s is not None and s.score_at_k]
+            curves = [r[key]["score_at_k"] for r in rows if r.get(key, {}).get("score_at_k")]
             if not curves:
                 continue
             mean = np.mean(curves, axis=0)
             ax.plot(range(1, len(mean) + 1), mean, marker="o", markersize=3, label=label)
-        holdouts = ", ".join(r.holdout for r in rows)
+        holdouts = ", ".join(str(r["holdout"]) for r in rows)
         many = f"{op} (mean of {len(rows)} holdouts)"
         ax.set_title(f"{op}: held out {holdouts}" if len(rows) == 1 else many)
         ax.set_xlabel("k (candidates probed)")

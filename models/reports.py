@@ -1,4 +1,5 @@
-"""What evaluation reports: typed figures, written out as the JSON the CLI and the registry keep.
+"""What evaluation reports: typed figures, written out as the JSON the CLI and the model
+registry keep.
 
 `HoldoutReport.as_dict()` is the document `tps evaluate --json` prints and a training job
 stores under `metrics.reports`; the attributes are what the quality gate reads.

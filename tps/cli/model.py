@@ -341,9 +341,9 @@ def evaluate(
             evaluate_holdout(tuning, holdout or "", op=o, seed=seed, model_params=params)
             for o in ops
         ]
-    if plot:
-        plot_score_at_k(reports, plot)
     documents = [report.as_dict() for report in reports]
+    if plot:
+        plot_score_at_k(documents, plot)
     if as_json:
         payload: object = documents[0] if len(documents) == 1 else documents
         if all_holdouts:

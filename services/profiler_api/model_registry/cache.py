@@ -59,7 +59,7 @@ class ActiveModelCache:
         try:
             bundle = ModelBundle.from_bytes(artifact, expected_checksum=digest)
         except ArtifactError:
-            # Keep serving what was loaded; the registry row needs an admin's attention.
+            # Keep serving what was loaded; the version's row needs an admin's attention.
             log.error("model v%d does not load; still serving the previous one", version)
             return None
         bundle.warm_up()  # here, not in the first priors request after the switch
