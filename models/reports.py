@@ -83,13 +83,58 @@ class Reliability:
 
 
 @dataclass(frozen=True)
+class FoldFigures:
+    """One candidate policy's figures on one inner fold of the policy choice."""
+
+    score_at_1: float | None
+    score_at_5: float | None
+    probes_share: float  # the share of the candidates probed to come within 3% of the best
+
+
+@dataclass(frozen=True)
+class Fold:
+    """One inner fold of the policy choice: the nearest baseline's figures and each policy's."""
+
+    holdout: str
+    baseline_nearest: GateFigures
+    policies: dict[str, FoldFigures]  # by policy name
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "holdout": self.holdout,
+            "baseline_nearest": asdict(self.baseline_nearest),
+            **{name: asdict(figures) for name, figures in self.policies.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> Fold:
+        return cls(
+            holdout=str(doc["holdout"]),
+            baseline_nearest=GateFigures(**doc["baseline_nearest"]),
+            policies={
+                name: FoldFigures(**figures)
+                for name, figures in doc.items()
+                if name not in ("holdout", "baseline_nearest")
+            },
+        )
+
+
+@dataclass(frozen=True)
 class ChoiceSummary:
     """How the served policy was chosen: its name, the rule, each inner fold's figures."""
 
     name: str
     rule: str
-    folds: list[dict[str, Any]]
+    folds: list[Fold]
     calibrated: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "rule": self.rule,
+            "folds": [fold.as_dict() for fold in self.folds],
+            "calibrated": self.calibrated,
+        }
 
 
 @dataclass(frozen=True)
@@ -127,7 +172,7 @@ class HoldoutReport:
             "baseline_random": asdict(self.baseline_random),
             "policy": asdict(self.policy),
             "candidate_policies": {k: v.as_dict() for k, v in self.candidate_policies.items()},
-            "policy_choice": asdict(self.policy_choice),
+            "policy_choice": self.policy_choice.as_dict(),
             "calibration": self.calibration.as_dict(),
         }
         if self.champion is not None:

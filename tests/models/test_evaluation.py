@@ -30,15 +30,16 @@ def test_holdout_report_has_the_promised_shape(convolution_data: TuningData) -> 
     assert report.policy.lead_sources == ["nearest"]
     # The served policy was chosen on the three training GPUs, never on the A6000.
     folds = report.policy_choice.folds
-    assert [f["holdout"] for f in folds] == [
+    assert [f.holdout for f in folds] == [
         "AMD Radeon PRO W7800",
         "NVIDIA A100 PCIe 40GB",
         "NVIDIA RTX A4000",
     ]
     chosen = report.policy.name
     for fold in folds:  # never below copying the nearest device on a training fold
-        for metric in ("score_at_1", "score_at_5"):
-            assert fold[chosen][metric] >= fold["baseline_nearest"][metric] - 1e-9
+        policy, nearest = fold.policies[chosen], fold.baseline_nearest
+        assert (policy.score_at_1 or 0.0) >= (nearest.score_at_1 or 0.0) - 1e-9
+        assert (policy.score_at_5 or 0.0) >= (nearest.score_at_5 or 0.0) - 1e-9
 
 
 def test_holdout_report_writes_the_documented_json(convolution_data: TuningData) -> None:
@@ -65,6 +66,9 @@ def test_holdout_report_writes_the_documented_json(convolution_data: TuningData)
         assert doc[source]["score_at_1"] == getattr(report, source).score_at_1
     assert list(doc["policy"])[-3:] == ["name", "near_distance", "lead_sources"]
     assert list(doc["policy_choice"]) == ["name", "rule", "folds", "calibrated"]
+    fold = doc["policy_choice"]["folds"][0]
+    assert list(fold)[:2] == ["holdout", "baseline_nearest"]
+    assert list(fold[report.policy.name]) == ["score_at_1", "score_at_5", "probes_share"]
     assert doc["calibration"]["positions"] == report.calibration.positions
     assert json.loads(json.dumps(doc)) == doc
 
