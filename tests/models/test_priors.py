@@ -35,9 +35,7 @@ def test_the_bundle_serves_its_chosen_policy_with_calibrated_confidence(
     choice = bundle.policy_for("convolution")
     assert choice is not None and choice.calibration is not None
     # Chosen by leave-one-out over the four training GPUs, and it survives the artifact.
-    assert [f["holdout"] for f in choice.folds] == sorted(
-        convolution_data.hardware_labels().values()
-    )
+    assert [f.holdout for f in choice.folds] == sorted(convolution_data.hardware_labels().values())
     loaded = ModelBundle.from_bytes(bundle.to_bytes()).policy_for("convolution")
     assert loaded is not None and loaded.to_dict() == choice.to_dict()
     problem = next(iter(convolution_data.problems.values()))
