@@ -120,9 +120,9 @@ def policy_table(reports: list[dict]) -> str:
 
 
 def gemm_families(data: Path) -> dict:
+    from models.data_files import load_runs
     from models.dataset import TuningData
     from models.families import family_oracle_loss
-    from models.sources import load_runs
 
     tuning = TuningData.from_runs(load_runs([data]))
     return family_oracle_loss(tuning, op="gemm", n_families=8)

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from models.data_files import load_runs
 from models.dataset import TuningData
 from models.evaluation import configurations, evaluate_holdout, match_hardware
-from models.sources import load_runs
 from services.profiler_api.settings import Settings
 from services.profiler_api.training.kernel_tuner import find_dataset
 
@@ -37,7 +37,7 @@ def loo(data: TuningData, op: str, params: dict[str, Any], seed: int) -> dict[st
     """Return {holdout: {source: (score@1, score@5)}} for one seed."""
     out = {}
     for name in configurations(data):
-        report = evaluate_holdout(data, name, op=op, model_params=params, seed=seed)
+        report = evaluate_holdout(data, name, op=op, model_params=params, seed=seed).as_dict()
         out[report["holdout"]] = {
             s: (report[s]["score_at_1"], report[s]["score_at_5"]) for s in SOURCES
         }
@@ -87,7 +87,9 @@ def nested(
         inner_scores = []
         for step in LABEL_STEPS:
             reports = [
-                evaluate_holdout(inner, n, op=op, model_params={"label_step": step}, seed=s)
+                evaluate_holdout(
+                    inner, n, op=op, model_params={"label_step": step}, seed=s
+                ).as_dict()
                 for n in configurations(inner)
                 for s in inner_seeds
             ]
@@ -101,7 +103,9 @@ def nested(
             )
         step = LABEL_STEPS[int(np.argmax(inner_scores))]
         outs = [
-            evaluate_holdout(data, outer, op=op, model_params={"label_step": step}, seed=s)
+            evaluate_holdout(
+                data, outer, op=op, model_params={"label_step": step}, seed=s
+            ).as_dict()
             for s in seeds
         ]
         rows[outs[0]["holdout"]] = {

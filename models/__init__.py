@@ -6,16 +6,21 @@ What the service calls (none of it imports the service):
 
       bundle = models.bundle.train_bundle(runs)          # Iterable[ProbeRun] or TuningData
       artifact = bundle.to_bytes()                       # gzipped JSON, deterministic
-      digest = models.bundle.checksum(artifact)          # sha256 hex, for the registry row
+      digest = models.bundle.checksum(artifact)          # sha256 hex, stored with the version
       bundle = ModelBundle.from_bytes(artifact, expected_checksum=digest)
 
   With a Dask client, `train_bundle(runs, client=client)` trains the boosters on the cluster.
 
+- Training data from the service's database: `TuningData.from_medians(rows, hardware=...,
+  problems=..., candidates=...)` (one row per hardware, problem and candidate).
+
 - Quality gate on held-out data: `models.evaluation.evaluate_holdout(TuningData, name, op=...)`
-  and `leave_one_out(...)` / `summarise(...)` return plain dicts (score@1, score@5, probes to
-  within 3%, median APE for the model, the served policy and the nearest and random baselines;
-  the Brier score and reliability table of the served confidence). The served policy is
-  chosen by `models.selection.choose_policy` on the training hardware only.
+  and `leave_one_out(...)` return typed reports (models.reports.HoldoutReport: score@1, score@5,
+  probes to within 3%, median APE for the model, the served policy and the nearest and random
+  baselines; the Brier score and reliability table of the served confidence), written out
+  by `report.as_dict()`; `summarise(...)` averages them per op. Every ranking comes from a
+  `models.ranking.Ranker`. The served policy is chosen by `models.selection.choose_policy` on
+  the training hardware only.
 
 - Priors for (hardware, problem)::
 

@@ -1,4 +1,4 @@
-"""A trained model for every op family, as one artifact: gzipped JSON bytes plus a checksum.
+"""A trained model for every op, as one artifact: gzipped JSON bytes plus a checksum.
 
 The artifact holds LightGBM's own text form of each booster, the reference measurements
 (relative latencies per known hardware and problem), the candidate universe per op, and the
@@ -33,8 +33,6 @@ FORMAT = "tps-latency-model/1"
 
 class ArtifactError(ModelError):
     """An artifact that is corrupt, tampered with, or of an unknown format."""
-
-    status_code = 422
 
 
 def checksum(artifact: bytes) -> str:
@@ -100,7 +98,7 @@ def model_from_dict(doc: dict[str, Any]) -> LatencyModel:
 
 @dataclass
 class ModelBundle:
-    """One LatencyModel and one ShapeFamilies per op family, with training facts and metrics."""
+    """One LatencyModel and one ShapeFamilies per op, with training facts and metrics."""
 
     models: dict[str, LatencyModel]
     families: dict[str, ShapeFamilies]

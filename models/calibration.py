@@ -16,6 +16,8 @@ import numpy as np
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import brier_score_loss
 
+from models.reports import Reliability, ReliabilityBin
+
 # Candidates past this position of the served order are not what priors serve.
 CALIBRATION_TOP = 32
 FEATURES = (
@@ -95,7 +97,8 @@ class Calibration:
     def predict(self, X: np.ndarray) -> np.ndarray:
         """Return P(within 3% of the best) per row."""
         z = np.asarray(X, dtype=float) @ np.asarray(self.coef) + self.intercept
-        return 1.0 / (1.0 + np.exp(-z))
+        probability: np.ndarray = 1.0 / (1.0 + np.exp(-z))
+        return probability
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -116,30 +119,30 @@ class Calibration:
         )
 
 
-def reliability(probability: np.ndarray, outcome: np.ndarray, *, bins: int = 10) -> dict[str, Any]:
+def reliability(probability: np.ndarray, outcome: np.ndarray, *, bins: int = 10) -> Reliability:
     """Return the Brier score and the reliability table (per probability bin: rows, mean
     predicted, observed rate) of predictions against what happened."""
     p = np.asarray(probability, dtype=float)
     y = np.asarray(outcome, dtype=int)
     if not len(p):
-        return {"brier": None, "rows": 0, "table": []}
+        return Reliability(brier=None, rows=0, table=[])
     edges = np.linspace(0.0, 1.0, bins + 1)
     which = np.clip(np.digitize(p, edges[1:-1]), 0, bins - 1)
-    table = []
+    table: list[ReliabilityBin] = []
     for b in range(bins):
         inside = which == b
         if inside.any():
             table.append(
-                {
-                    "bin": [round(float(edges[b]), 2), round(float(edges[b + 1]), 2)],
-                    "rows": int(inside.sum()),
-                    "predicted": float(p[inside].mean()),
-                    "observed": float(y[inside].mean()),
-                }
+                ReliabilityBin(
+                    bin=[round(float(edges[b]), 2), round(float(edges[b + 1]), 2)],
+                    rows=int(inside.sum()),
+                    predicted=float(p[inside].mean()),
+                    observed=float(y[inside].mean()),
+                )
             )
-    return {
-        "brier": float(brier_score_loss(y, p)),
-        "brier_base_rate": float(brier_score_loss(y, np.full(len(y), y.mean()))),
-        "rows": int(len(p)),
-        "table": table,
-    }
+    return Reliability(
+        brier=float(brier_score_loss(y, p)),
+        brier_base_rate=float(brier_score_loss(y, np.full(len(y), y.mean()))),
+        rows=int(len(p)),
+        table=table,
+    )

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -17,6 +18,16 @@ KEY_COLUMNS = ["hw_key", "problem_hash", "candidate_id"]
 GROUP_COLUMNS = ["hw_key", "problem_hash"]
 
 
+class MedianRow(NamedTuple):
+    """One (hardware, problem, candidate) of an op: the median over runs of its valid medians."""
+
+    op: str
+    hw_key: str
+    problem_hash: str
+    candidate_id: str
+    median_us: float | None  # None: never ran validly there
+
+
 def hardware_label(hardware: HardwareSpec) -> str:
     """Return the name a hardware configuration goes by in reports (`NVIDIA H200@66u`)."""
     if hardware.unit_limit and hardware.unit_limit < hardware.compute_units:
@@ -26,7 +37,7 @@ def hardware_label(hardware: HardwareSpec) -> str:
 
 @dataclass
 class TuningData:
-    """Measurements of one or more op families, with the specs behind their keys.
+    """Measurements of one or more ops, with the specs behind their keys.
 
     `frame` has one row per (hw_key, problem_hash, candidate_id): `median_us` is the median
     over runs of the valid medians (NaN when the candidate never ran validly there).
@@ -64,7 +75,7 @@ class TuningData:
         hardware: dict[str, HardwareSpec] = {}
         problems: dict[str, ProblemKey] = {}
         candidates: dict[str, Candidate] = {}
-        columns: dict[str, list] = {
+        columns: dict[str, list[object]] = {
             "hw_key": [],
             "op": [],
             "problem_hash": [],
@@ -91,6 +102,37 @@ class TuningData:
             .median()
             .reset_index()
         )
+        return cls._of(frame, hardware=hardware, problems=problems, candidates=candidates)
+
+    @classmethod
+    def from_medians(
+        cls,
+        rows: Iterable[MedianRow | tuple[str, str, str, str, float | None]],
+        *,
+        hardware: Mapping[str, HardwareSpec],
+        problems: Mapping[str, ProblemKey],
+        candidates: Mapping[str, Candidate],
+    ) -> TuningData:
+        """Build the table from medians already merged per key (as a database aggregates them).
+
+        `rows` come sorted by (op, hw_key, problem_hash, candidate_id), as `from_runs` sorts
+        them; the mappings hold the specs of the keys the rows name.
+        """
+        frame = pd.DataFrame(list(rows), columns=list(MedianRow._fields))
+        frame["median_us"] = frame["median_us"].astype(float)
+        return cls._of(
+            frame, hardware=dict(hardware), problems=dict(problems), candidates=dict(candidates)
+        )
+
+    @classmethod
+    def _of(
+        cls,
+        frame: pd.DataFrame,
+        *,
+        hardware: dict[str, HardwareSpec],
+        problems: dict[str, ProblemKey],
+        candidates: dict[str, Candidate],
+    ) -> TuningData:
         frame["valid"] = frame["median_us"].notna()
         labels = {k: hardware_label(v) for k, v in hardware.items()}
         frame["hw_label"] = frame["hw_key"].map(labels)

@@ -31,6 +31,13 @@ def _row_chunks(sizes: np.ndarray, n_parts: int) -> tuple[tuple[int, ...], tuple
     return rows, groups
 
 
+def _dask_array(values: np.ndarray, chunks: tuple[Any, ...]) -> Any:
+    import dask.array as da
+
+    # dask.array has no type annotations.
+    return da.from_array(values, chunks=chunks)  # type: ignore[no-untyped-call]
+
+
 def fit_boosters_dask(
     client: Any,
     *,
@@ -43,8 +50,6 @@ def fit_boosters_dask(
 
     Partitions hold whole query groups, as LightGBM's Dask ranker requires.
     """
-    import dask.array as da
-
     n_workers = max(1, len(client.scheduler_info().get("workers", {})))
     X_rank, y_rank, sizes = rank
     row_chunks, group_chunks = _row_chunks(sizes, n_workers)
@@ -54,9 +59,9 @@ def fit_boosters_dask(
         **_estimator_params(params["ranker"], n_estimators),
     )
     ranker.fit(
-        da.from_array(X_rank, chunks=(row_chunks, X_rank.shape[1])),
-        da.from_array(y_rank, chunks=(row_chunks,)),
-        group=da.from_array(sizes, chunks=(group_chunks,)),
+        _dask_array(X_rank, chunks=(row_chunks, X_rank.shape[1])),
+        _dask_array(y_rank, chunks=(row_chunks,)),
+        group=_dask_array(sizes, chunks=(group_chunks,)),
     )
     X_reg, y_reg = regression
     chunk = max(1, -(-len(y_reg) // n_workers))
@@ -66,7 +71,7 @@ def fit_boosters_dask(
         **_estimator_params(params["regressor"], n_estimators),
     )
     regressor.fit(
-        da.from_array(X_reg, chunks=(chunk, X_reg.shape[1])),
-        da.from_array(y_reg, chunks=(chunk,)),
+        _dask_array(X_reg, chunks=(chunk, X_reg.shape[1])),
+        _dask_array(y_reg, chunks=(chunk,)),
     )
     return ranker.booster_, regressor.booster_

@@ -1,4 +1,4 @@
-"""The latency model of one op family: a LambdaRank ranker and a log-latency regressor.
+"""The latency model of one op: a LambdaRank ranker and a log-latency regressor.
 
 Rows are (hardware, problem, candidate). The ranker is grouped by (hardware, problem) and
 learns relevance labels graded by how close a candidate comes to the group's best; the
@@ -35,11 +35,9 @@ PREDICT_THREADS = 1
 class ModelError(TPSError):
     """A model used before it is fitted, or asked about something it cannot answer."""
 
-    status_code = 409
-
 
 class LatencyModel:
-    """Rank candidates and predict their latency for (hardware, problem), for one op family.
+    """Rank candidates and predict their latency for (hardware, problem), for one op.
 
     Parameters are stored as given; `fit` sets the fitted state (names ending in `_`).
     """
@@ -136,7 +134,8 @@ class LatencyModel:
         return block
 
     def _matrix(self, frame: pd.DataFrame) -> np.ndarray:
-        return frame.reindex(columns=self.feature_names_).to_numpy(dtype=np.float64)
+        matrix: np.ndarray = frame.reindex(columns=self.feature_names_).to_numpy(dtype=np.float64)
+        return matrix
 
     def _lgb_params(self, objective: str) -> dict[str, Any]:
         params: dict[str, Any] = {

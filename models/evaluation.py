@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from models.calibration import CALIBRATION_TOP, reliability
 from models.dataset import TuningData, hardware_label
-from models.metrics import mean_scores
+from models.metrics import MeanScores, mean_scores
 from models.policy import CANDIDATE_POLICIES, BlendPolicy
+from models.reports import HoldoutReport, PolicySummary, Reliability, SourceSummary
 from models.scoring import GroupResult, evaluate_group
 from models.selection import (
     EvaluationError,
@@ -39,6 +41,7 @@ PROBE_SHARE = 0.05
 __all__ = [
     "EvaluationError",
     "GroupResult",
+    "HoldoutReport",
     "configurations",
     "evaluate_group",
     "evaluate_holdout",
@@ -48,28 +51,34 @@ __all__ = [
 ]
 
 
-def _summary(results: list[GroupResult], name: str) -> dict[str, Any]:
+def _summary(results: list[GroupResult], name: str) -> SourceSummary | None:
     present = [r.scores[name] for r in results if name in r.scores]
     if not present:
-        return {}
-    out: dict[str, Any] = mean_scores(present)
-    out["score_at_k"] = [
-        float(x) for x in np.mean([r.curves[name] for r in results if name in r.curves], axis=0)
-    ]
+        return None
     shares = [
         (r.scores[name].probes_to_3pct or r.n_candidates) / r.n_candidates
         for r in results
         if name in r.scores
     ]
-    out["probes_to_3pct_share"] = float(np.mean(shares))
     within = [
         (r.scores[name].probes_to_3pct or math.inf)
         <= max(1, math.ceil(PROBE_SHARE * r.n_candidates))
         for r in results
         if name in r.scores
     ]
-    out["within_3pct_in_5pct_of_space"] = float(np.mean(within))
-    return out
+    curve = np.mean([r.curves[name] for r in results if name in r.curves], axis=0)
+    return SourceSummary(
+        **mean_scores(present).as_dict(),
+        score_at_k=[float(x) for x in curve],
+        probes_to_3pct_share=float(np.mean(shares)),
+        within_3pct_in_5pct_of_space=float(np.mean(within)),
+    )
+
+
+def _present(summary: SourceSummary | None, name: str) -> SourceSummary:
+    if summary is None:
+        raise EvaluationError(f"no {name} figures: nothing of the holdout was ranked")
+    return summary
 
 
 def evaluate_holdout(
@@ -81,16 +90,14 @@ def evaluate_holdout(
     policy: BlendPolicy | None = None,
     seed: int = 0,
     models: FoldModels | None = None,
-) -> dict[str, Any]:
+) -> HoldoutReport:
     """Train on every device but `holdout` and score the rankings of every candidate for it.
 
     Without `policy`, the served policy and its calibration are chosen by leave-one-out over
     the training hardware only (`models.selection.choose_policy`). `models` shares trained
     folds between calls on the same data (leave_one_out passes one).
 
-    Returns `{"holdout", "op", "n_candidates", "model", "policy", "baseline_nearest",
-    "baseline_random", "candidate_policies", "policy_choice", "calibration", ...}`; figures are
-    means over the held-out hardware's problems.
+    Figures of the report are means over the held-out hardware's problems.
     """
     data = data.for_op(op)
     if models is None:
@@ -118,30 +125,30 @@ def evaluate_holdout(
     calibration = (
         reliability(np.concatenate([c for c, _ in served]), np.concatenate([y for _, y in served]))
         if served
-        else {"brier": None, "rows": 0, "table": []}
+        else Reliability(brier=None, rows=0, table=[])
     )
-    calibration["positions"] = CALIBRATION_TOP
-    return {
-        "holdout": f"{name}/{dtype}" if dtype else name,
-        "op": op,
-        "n_candidates": int(np.mean([r.n_candidates for r in results])),
-        "n_problems": len(results),
-        "n_train_rows": int((~in_holdout).sum()),
-        "model": _summary(results, "model"),
-        "baseline_nearest": _summary(results, "baseline_nearest"),
-        "baseline_random": _summary(results, "baseline_random"),
-        "policy": {
-            **_summary(results, "policy"),
-            "name": choice.policy.name,
-            "near_distance": choice.policy.near_distance,
-            "lead_sources": sorted({r.policy_sources[0] for r in results if r.policy_sources}),
-        },
-        "candidate_policies": {
+    policy_figures = _present(_summary(results, "policy"), "policy")
+    return HoldoutReport(
+        holdout=f"{name}/{dtype}" if dtype else name,
+        op=op,
+        n_candidates=int(np.mean([r.n_candidates for r in results])),
+        n_problems=len(results),
+        n_train_rows=int((~in_holdout).sum()),
+        model=_present(_summary(results, "model"), "model"),
+        baseline_nearest=_summary(results, "baseline_nearest"),
+        baseline_random=_present(_summary(results, "baseline_random"), "baseline_random"),
+        policy=PolicySummary(
+            **vars(policy_figures),
+            name=choice.policy.name,
+            near_distance=choice.policy.near_distance,
+            lead_sources=sorted({r.policy_sources[0] for r in results if r.policy_sources}),
+        ),
+        candidate_policies={
             c.name: mean_scores([r.candidates[c.name] for r in results]) for c in CANDIDATE_POLICIES
         },
-        "policy_choice": choice.describe(),
-        "calibration": calibration,
-    }
+        policy_choice=choice.describe(),
+        calibration=replace(calibration, positions=CALIBRATION_TOP),
+    )
 
 
 def leave_one_out(
@@ -151,7 +158,7 @@ def leave_one_out(
     model_params: dict[str, Any] | None = None,
     policy: BlendPolicy | None = None,
     seed: int = 0,
-) -> list[dict[str, Any]]:
+) -> list[HoldoutReport]:
     """Run `evaluate_holdout` for every configuration of every op.
 
     A configuration is a hardware label (an SM limit makes its own); where one hardware ran
@@ -178,33 +185,55 @@ def leave_one_out(
     return reports
 
 
-def summarise(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+SUMMARY_SOURCES = ("model", "policy", "baseline_nearest", "baseline_random")
+SUMMARY_METRICS = (
+    "score_at_1",
+    "score_at_5",
+    "probes_to_3pct",
+    "probes_to_3pct_share",
+    "median_ape",
+    "spearman",
+)
+
+
+def _sources(report: HoldoutReport) -> dict[str, SourceSummary | None]:
+    return {
+        "model": report.model,
+        "policy": report.policy,
+        "baseline_nearest": report.baseline_nearest,
+        "baseline_random": report.baseline_random,
+    }
+
+
+def _at_least_nearest(report: HoldoutReport, summary: MeanScores, metric: str) -> bool:
+    nearest = getattr(report.baseline_nearest, metric, None) if report.baseline_nearest else None
+    return bool(getattr(summary, metric) >= (nearest or 0.0) - 1e-9)
+
+
+def summarise(reports: list[HoldoutReport]) -> list[dict[str, Any]]:
     """Average the leave-one-out reports per op, and count the holdouts each source wins."""
     table = []
-    for op in sorted({r["op"] for r in reports}):
-        rows = [r for r in reports if r["op"] == op]
+    for op in sorted({r.op for r in reports}):
+        rows = [r for r in reports if r.op == op]
         entry: dict[str, Any] = {"op": op, "holdouts": len(rows)}
-        for name in ("model", "policy", "baseline_nearest", "baseline_random"):
-            for metric in (
-                "score_at_1",
-                "score_at_5",
-                "probes_to_3pct",
-                "probes_to_3pct_share",
-                "median_ape",
-                "spearman",
-            ):
-                values = [r[name].get(metric) for r in rows if r[name].get(metric) is not None]
+        for name in SUMMARY_SOURCES:
+            summaries = [_sources(r)[name] for r in rows]
+            for metric in SUMMARY_METRICS:
+                values = [
+                    value
+                    for summary in summaries
+                    if (value := getattr(summary, metric, None)) is not None
+                ]
                 entry[f"{name}.{metric}"] = float(np.mean(values)) if values else None
         for name in ("model", "policy"):
             for metric, short in (("score_at_1", "s1"), ("score_at_5", "s5")):
                 entry[f"{name}.holdouts_at_least_nearest_{short}"] = sum(
-                    r[name][metric] >= (r["baseline_nearest"].get(metric) or 0.0) - 1e-9
-                    for r in rows
+                    _at_least_nearest(r, _present(_sources(r)[name], name), metric) for r in rows
                 )
         entry["policy.holdouts_within_3pct_in_5pct_of_space"] = sum(
-            r["policy"]["within_3pct_in_5pct_of_space"] >= 1.0 - 1e-9 for r in rows
+            r.policy.within_3pct_in_5pct_of_space >= 1.0 - 1e-9 for r in rows
         )
-        briers = [r["calibration"]["brier"] for r in rows if r["calibration"].get("brier")]
+        briers = [r.calibration.brier for r in rows if r.calibration.brier]
         entry["policy.brier"] = float(np.mean(briers)) if briers else None
         table.append(entry)
     return table

@@ -95,7 +95,9 @@ def _winners(frame: pd.DataFrame, by: list[str], keep: int = 64) -> dict[str, li
     return out
 
 
-def family_oracle_loss(data: TuningData, *, op: str, n_families: int = 8, seed: int = 0) -> dict:
+def family_oracle_loss(
+    data: TuningData, *, op: str, n_families: int = 8, seed: int = 0
+) -> dict[str, Any]:
     """Measure what taking the family's winner costs against the oracle, problem by problem.
 
     Each problem is left out of the families it is scored against; its hardware's own data on

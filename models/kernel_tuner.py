@@ -59,8 +59,6 @@ MAX_VARIANT = 128
 class KernelTunerImportError(TPSError):
     """A cache file that cannot be converted."""
 
-    status_code = 422
-
 
 @dataclass(frozen=True)
 class ImportedRun:

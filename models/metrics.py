@@ -94,7 +94,8 @@ def _ranks(values: np.ndarray) -> np.ndarray:
     idx = np.flatnonzero(boundaries)
     dense = np.cumsum(boundaries[:-1]) - 1
     avg = (idx[:-1] + idx[1:] - 1) / 2.0
-    return avg[dense][inv]
+    ranks: np.ndarray = avg[dense][inv]
+    return ranks
 
 
 def median_ape(true_us: np.ndarray, predicted_us: np.ndarray | None) -> float | None:
@@ -123,12 +124,26 @@ def ranking_scores(
     )
 
 
-def mean_scores(scores: list[RankingScores]) -> dict[str, float | None]:
-    """Average figures over several rankings (Nones are skipped)."""
+@dataclass(frozen=True)
+class MeanScores:
+    """The figures of several rankings averaged, each over the rankings that have it."""
+
+    score_at_1: float | None
+    score_at_5: float | None
+    regret_at_1: float | None
+    probes_to_3pct: float | None
+    spearman: float | None
+    median_ape: float | None
+
+    def as_dict(self) -> dict[str, float | None]:
+        return asdict(self)
+
+
+def mean_scores(scores: list[RankingScores]) -> MeanScores:
+    """Average figures over several rankings (Nones are skipped; no value at all is None)."""
     out: dict[str, float | None] = {}
     for name in RankingScores.__dataclass_fields__:
         values = [getattr(s, name) for s in scores if getattr(s, name) is not None]
-        out[name] = float(np.mean(values)) if values else None
-        if out[name] is not None and math.isnan(out[name]):  # type: ignore[arg-type]
-            out[name] = None
-    return out
+        mean = float(np.mean(values)) if values else None
+        out[name] = None if mean is None or math.isnan(mean) else mean
+    return MeanScores(**out)

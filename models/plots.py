@@ -16,7 +16,11 @@ SERIES = (
 
 
 def plot_score_at_k(reports: list[dict[str, Any]], path: Path, *, title: str | None = None) -> Path:
-    """Write a PNG of mean score@k (k = 1..20) per op family for the model and the baselines."""
+    """Write a PNG of mean score@k (k = 1..20) per op for the model and the baselines.
+
+    `reports` are written out as `HoldoutReport.as_dict()` writes them (or hold at least their
+    `op`, `holdout` and each source's `score_at_k`).
+    """
     import logging
 
     import matplotlib

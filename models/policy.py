@@ -15,11 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
-from models.estimator import LatencyModel
-from tps.hardware import HardwareSpec
-from tps.problem import ProblemKey
+from models.ranking import Ranking, SourceRankings
 
 SOURCES = ("model", "nearest", "consensus")
 LEADS = ("auto", "nearest", "model")
@@ -63,6 +60,16 @@ class BlendPolicy:
         if lead == "nearest":
             return ("nearest", "model", "consensus")
         return ("model", "nearest", "consensus")
+
+    def rank(self, rankings: SourceRankings, *, limit: int | None = None) -> Ranking:
+        """Return the policy's order of the candidates, the source of each entry, and the
+        model's predicted latencies (what a prior serves next to the order)."""
+        order, sources = blended_order(rankings, self, limit=limit)
+        return Ranking(
+            orders=(order,),
+            sources=tuple(sources),
+            predicted_us=rankings.frame["predicted_us"].to_numpy(),
+        )
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -122,58 +129,6 @@ def interleave(
         if not progressed:
             break
     return np.array(merged, dtype=int), np.array(source, dtype=int)
-
-
-def order_by(values: np.ndarray, *, ascending: bool) -> np.ndarray:
-    """Return positions sorted by value (NaN last), ties by position."""
-    v = np.asarray(values, dtype=float)
-    key = np.where(np.isfinite(v), v if ascending else -v, np.inf)
-    return np.argsort(key, kind="stable")
-
-
-@dataclass
-class SourceRankings:
-    """The candidate orders each source proposes for one (hardware, problem)."""
-
-    frame: pd.DataFrame  # the model's predict_frame
-    orders: dict[str, np.ndarray]
-    nearest_key: str | None
-    nearest_distance: float | None
-    nearest_coverage: float = 0.0  # the share of the candidates the nearest device measured
-
-
-def source_rankings(
-    model: LatencyModel,
-    hardware: HardwareSpec,
-    problem: ProblemKey,
-    frame: pd.DataFrame,
-) -> SourceRankings:
-    """Return the model's, the nearest device's and the same-vendor consensus orders."""
-    reference = model.reference_
-    ref_problem = reference.closest_problem(problem)
-    own = hardware.fingerprint()
-    nearest = (
-        reference.nearest_hardware(hardware, ref_problem, exclude=own) if ref_problem else None
-    )
-    orders = {"model": order_by(frame["score"].to_numpy(), ascending=False)}
-    coverage = 0.0
-    if nearest is not None and ref_problem is not None:
-        times = reference.measured_us(nearest[0], ref_problem, frame["candidate_id"].tolist())
-        assert times is not None  # nearest_hardware only names devices that measured it
-        orders["nearest"] = order_by(times, ascending=True)
-        coverage = reference.coverage(nearest[0], ref_problem, frame["candidate_id"].tolist())
-    consensus = frame["ref_vendor"] if "ref_vendor" in frame else None
-    if consensus is None or consensus.isna().all():
-        consensus = frame["ref_mean"] if "ref_mean" in frame else None
-    if consensus is not None and consensus.notna().any():
-        orders["consensus"] = order_by(consensus.to_numpy(), ascending=True)
-    return SourceRankings(
-        frame=frame,
-        orders=orders,
-        nearest_key=nearest[0] if nearest else None,
-        nearest_distance=nearest[1] if nearest else None,
-        nearest_coverage=coverage,
-    )
 
 
 def blended_order(

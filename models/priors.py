@@ -11,21 +11,29 @@ the best; `rationale` says why the order is what it is when it is not that of `p
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
 from models.bundle import ModelBundle
 from models.calibration import calibration_features, flat_share
-from models.policy import DEFAULT_POLICY, BlendPolicy, blended_order, order_by, source_rankings
+from models.policy import DEFAULT_POLICY, BlendPolicy
+from models.ranking import order_by, source_rankings
 from tps.candidate import Candidate
 from tps.hardware import HardwareSpec
 from tps.problem import ProblemKey
+from tps.schemas import PriorSource
 
 # How fast confidence decays with the spec distance to the nearest known device.
 CONFIDENCE_SCALE = 4.0
-SOURCE_NAMES = {"model": "model", "nearest": "nearest", "consensus": "model", "family": "family"}
+# The served name of each policy source: the consensus of known devices is the model's side.
+SOURCE_NAMES: dict[str, PriorSource] = {
+    "observed": "observed",
+    "model": "model",
+    "nearest": "nearest",
+    "consensus": "model",
+    "family": "family",
+}
 
 
 @dataclass(frozen=True)
@@ -35,7 +43,7 @@ class RankedCandidate:
     candidate: Candidate
     predicted_us: float | None
     score: float
-    source: str  # observed | model | nearest | family (tps.schemas.PriorSource)
+    source: PriorSource
     confidence: float
 
 
@@ -70,7 +78,8 @@ def rank(
         if policy is None:
             policy = choice.policy if choice is not None else DEFAULT_POLICY
         rankings = source_rankings(model, hardware, problem, frame)
-        order, sources = blended_order(rankings, policy, limit=limit)
+        served = policy.rank(rankings, limit=limit)
+        order, sources = served.order, list(served.sources)
         if choice is not None and choice.calibration is not None:
             ref_near = frame["ref_near"].to_numpy() if "ref_near" in frame else None
             confidence = choice.calibration.predict(
@@ -96,7 +105,7 @@ def rank(
             candidate=candidates[int(i)],
             predicted_us=float(predicted[i]) if np.isfinite(predicted[i]) else None,
             score=1.0 - pos / max(n - 1, 1),
-            source=SOURCE_NAMES.get(src, src),
+            source=SOURCE_NAMES[src],
             confidence=round(float(confidences[pos]), 4),
         )
         for pos, (i, src) in enumerate(zip(order, sources, strict=True))
@@ -144,37 +153,3 @@ def family_winners(
     families = bundle.families[problem.op]
     ids = families.winners(problem, hw_key=hardware.fingerprint(), k=k)
     return [model.candidates_[c] for c in ids if c in model.candidates_]
-
-
-class RankCache:
-    """Remember `rank` answers per (hardware, problem, candidates, limit) for one bundle.
-
-    A model's answer for a given question never changes, so the service can keep one cache per
-    loaded model and drop it when another model becomes active. Bounded, least recently used
-    entry evicted first.
-    """
-
-    def __init__(self, bundle: ModelBundle, *, maxsize: int = 4096) -> None:
-        self.bundle = bundle
-        self.maxsize = maxsize
-        self._entries: OrderedDict[tuple, list[RankedCandidate]] = OrderedDict()
-
-    def rank(
-        self,
-        hardware: HardwareSpec,
-        problem: ProblemKey,
-        candidates: list[Candidate] | None = None,
-        *,
-        limit: int | None = None,
-    ) -> list[RankedCandidate]:
-        """Return `rank(bundle, ...)`, from the cache when the same question was asked."""
-        ids = None if candidates is None else tuple(c.id for c in candidates)
-        key = (hardware.fingerprint(), problem.key_hash(), ids, limit)
-        if key in self._entries:
-            self._entries.move_to_end(key)
-            return self._entries[key]
-        answer = rank(self.bundle, hardware, problem, candidates, limit=limit)
-        self._entries[key] = answer
-        if len(self._entries) > self.maxsize:
-            self._entries.popitem(last=False)
-        return answer

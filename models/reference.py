@@ -128,7 +128,7 @@ class Reference:
         """Return the rows `keys` of `frame` (log_rel or median_us) for `candidate_ids` (NaN
         where a candidate is not a column)."""
         columns = frame.columns.get_indexer(candidate_ids)
-        table = frame.to_numpy()[[self._rows[k] for k in keys]][:, columns]
+        table: np.ndarray = frame.to_numpy()[[self._rows[k] for k in keys]][:, columns]
         table[:, columns < 0] = np.nan
         return table
 
@@ -138,7 +138,10 @@ class Reference:
         """Return the median latencies measured on (hw_key, problem_hash), or None if never."""
         if (hw_key, problem_hash) not in self._rows:
             return None
-        return self._table(self.median_us, [(hw_key, problem_hash)], pd.Index(candidate_ids))[0]
+        row: np.ndarray = self._table(
+            self.median_us, [(hw_key, problem_hash)], pd.Index(candidate_ids)
+        )[0]
+        return row
 
     def coverage(self, hw_key: str, problem_hash: str, candidate_ids: list[str]) -> float:
         """Return the share of `candidate_ids` run on (hw_key, problem_hash), failed ones too."""

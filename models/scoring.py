@@ -4,18 +4,26 @@ the baselines' and every candidate policy's, with the calibration rows of each."
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
 
-from models.calibration import CALIBRATION_TOP, calibration_features, flat_share
+from models.calibration import CALIBRATION_TOP, Calibration, calibration_features, flat_share
 from models.dataset import TuningData
 from models.estimator import LatencyModel
 from models.metrics import NEAR_OPTIMUM, RankingScores, mean_scores, ranking_scores, scores_at_ks
-from models.policy import CANDIDATE_POLICIES, BlendPolicy, blended_order, source_rankings
+from models.policy import CANDIDATE_POLICIES, BlendPolicy
+from models.ranking import (
+    ModelRanker,
+    NearestRanker,
+    RandomRanker,
+    Ranker,
+    Ranking,
+    SourceRankings,
+    source_rankings,
+)
 
-N_RANDOM_ORDERS = 32
 SCORE_KS = range(1, 21)
 
 
@@ -23,7 +31,7 @@ class Calibrated(Protocol):
     """What evaluate_group needs of a policy choice: its calibration, if it has one."""
 
     @property
-    def calibration(self) -> Any: ...
+    def calibration(self) -> Calibration | None: ...
 
 
 @dataclass
@@ -42,20 +50,26 @@ class GroupResult:
     confidence: tuple[np.ndarray, np.ndarray] | None = None
 
 
-def _random_scores(true_us: np.ndarray, seed: int) -> tuple[RankingScores, list[float]]:
-    rng = np.random.default_rng(seed)
-    orders = [rng.permutation(len(true_us)) for _ in range(N_RANDOM_ORDERS)]
-    runs = [ranking_scores(true_us, o) for o in orders]
-    mean = mean_scores(runs)
-    curve = np.mean([scores_at_ks(true_us, o, SCORE_KS) for o in orders], axis=0)
-    probes = mean["probes_to_3pct"]
+def score(true_us: np.ndarray, ranking: Ranking) -> tuple[RankingScores, list[float]]:
+    """Return a ranking's figures and its score@k curve against the true latencies.
+
+    Several draws (a random order) give their mean figures, without a latency error.
+    """
+    if len(ranking.orders) == 1:
+        return (
+            ranking_scores(true_us, ranking.order, ranking.predicted_us),
+            scores_at_ks(true_us, ranking.order, SCORE_KS),
+        )
+    mean = mean_scores([ranking_scores(true_us, o) for o in ranking.orders])
+    curve = np.mean([scores_at_ks(true_us, o, SCORE_KS) for o in ranking.orders], axis=0)
+    probes = mean.probes_to_3pct
     return (
         RankingScores(
-            score_at_1=mean["score_at_1"] or 0.0,
-            score_at_5=mean["score_at_5"] or 0.0,
-            regret_at_1=mean["regret_at_1"],
+            score_at_1=mean.score_at_1 or 0.0,
+            score_at_5=mean.score_at_5 or 0.0,
+            regret_at_1=mean.regret_at_1,
             probes_to_3pct=round(probes) if probes is not None else None,
-            spearman=mean["spearman"],
+            spearman=mean.spearman,
             median_ape=None,
         ),
         [float(x) for x in curve],
@@ -64,7 +78,8 @@ def _random_scores(true_us: np.ndarray, seed: int) -> tuple[RankingScores, list[
 
 def _near_best(true_us: np.ndarray) -> np.ndarray:
     t = np.where(np.isfinite(true_us), true_us, np.inf)
-    return t <= t.min() * (1.0 + NEAR_OPTIMUM)
+    near: np.ndarray = t <= t.min() * (1.0 + NEAR_OPTIMUM)
+    return near
 
 
 def evaluate_group(
@@ -78,8 +93,9 @@ def evaluate_group(
 ) -> GroupResult:
     """Rank every candidate measured in `group` (one held-out hardware and problem).
 
-    Scores the model, the served `policy`, the baselines, and every candidate policy; with
-    a `choice` that carries a calibration, also the served confidences against the truth.
+    Scores the model, the served `policy`, the baselines, and every candidate policy (on
+    their order alone); with a `choice` that carries a calibration, also the served
+    confidences against the truth.
     """
     hw_key = group["hw_key"].iloc[0]
     problem = data.problems[group["problem_hash"].iloc[0]]
@@ -88,29 +104,24 @@ def evaluate_group(
     true_us = group["median_us"].to_numpy(dtype=float)
     frame = model.predict_frame(hardware, problem, candidates)
     rankings = source_rankings(model, hardware, problem, frame)
-    predicted = frame["predicted_us"].to_numpy()
-    policy_order, sources = blended_order(rankings, policy)
-    scores = {
-        "model": ranking_scores(true_us, rankings.orders["model"], predicted),
-        "policy": ranking_scores(true_us, policy_order, predicted),
+    rankers: dict[str, Ranker] = {
+        "model": ModelRanker(),
+        "policy": policy,
+        "baseline_nearest": NearestRanker(),
+        "baseline_random": RandomRanker(seed=seed),
     }
-    curves = {
-        "model": scores_at_ks(true_us, rankings.orders["model"], SCORE_KS),
-        "policy": scores_at_ks(true_us, policy_order, SCORE_KS),
-    }
-    if "nearest" in rankings.orders and rankings.nearest_key is not None:
-        ref = model.reference_
-        copied = ref.median_us.loc[(rankings.nearest_key, ref.closest_problem(problem))]
-        copied_us = copied.reindex(group["candidate_id"]).to_numpy()
-        scores["baseline_nearest"] = ranking_scores(true_us, rankings.orders["nearest"], copied_us)
-        curves["baseline_nearest"] = scores_at_ks(true_us, rankings.orders["nearest"], SCORE_KS)
-    scores["baseline_random"], curves["baseline_random"] = _random_scores(true_us, seed)
-    near_best = _near_best(true_us)
+    ranked = {name: ranker.rank(rankings) for name, ranker in rankers.items()}
+    served = ranked["policy"]
+    assert served is not None  # a policy always orders every candidate
     result = GroupResult(
-        scores=scores, curves=curves, n_candidates=len(group), policy_sources=sources[:5]
+        scores={}, curves={}, n_candidates=len(group), policy_sources=list(served.sources[:5])
     )
+    for name, ranking in ranked.items():
+        if ranking is not None:
+            result.scores[name], result.curves[name] = score(true_us, ranking)
+    near_best = _near_best(true_us)
     for candidate in CANDIDATE_POLICIES:
-        order, _ = blended_order(rankings, candidate)
+        order = candidate.rank(rankings).order
         result.candidates[candidate.name] = ranking_scores(true_us, order)
         top = order[:CALIBRATION_TOP]
         result.calibration_rows[candidate.name] = (
@@ -118,13 +129,13 @@ def evaluate_group(
             near_best[top].astype(int),
         )
     if choice is not None and choice.calibration is not None:
-        top = policy_order[:CALIBRATION_TOP]
+        top = served.order[:CALIBRATION_TOP]
         confidence = choice.calibration.predict(_features(rankings, top, frame))
         result.confidence = (confidence, near_best[top].astype(int))
     return result
 
 
-def _features(rankings: Any, order: np.ndarray, frame: pd.DataFrame) -> np.ndarray:
+def _features(rankings: SourceRankings, order: np.ndarray, frame: pd.DataFrame) -> np.ndarray:
     ref_near = frame["ref_near"].to_numpy() if "ref_near" in frame else None
     return calibration_features(
         positions=np.arange(len(order)),

@@ -24,21 +24,19 @@ import pandas as pd
 from models.calibration import Calibration
 from models.dataset import TuningData, hardware_label
 from models.estimator import LatencyModel
-from models.metrics import mean_scores
+from models.metrics import RankingScores, mean_scores
 from models.policy import CANDIDATE_POLICIES, DEFAULT_POLICY, BlendPolicy
+from models.reports import ChoiceSummary, Fold, FoldFigures, GateFigures
 from models.scoring import GroupResult, evaluate_group
 from tps.catalog import UnknownHardwareError, normalise_name, resolve
 from tps.errors import TPSError
 
 log = logging.getLogger(__name__)
-GATE_METRICS = ("score_at_1", "score_at_5")
 TIE = 1e-9
 
 
 class EvaluationError(TPSError):
     """An evaluation that cannot be run as asked."""
-
-    status_code = 422
 
 
 def match_hardware(data: TuningData, name: str) -> list[str]:
@@ -133,22 +131,22 @@ class PolicyChoice:
     policy: BlendPolicy
     rule: str
     calibration: Calibration | None = None
-    folds: list[dict[str, Any]] = field(default_factory=list)
+    folds: list[Fold] = field(default_factory=list)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> ChoiceSummary:
         """Return the choice as a report shows it."""
-        return {
-            "name": self.policy.name,
-            "rule": self.rule,
-            "folds": self.folds,
-            "calibrated": self.calibration is not None,
-        }
+        return ChoiceSummary(
+            name=self.policy.name,
+            rule=self.rule,
+            folds=self.folds,
+            calibrated=self.calibration is not None,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "policy": self.policy.to_dict(),
             "rule": self.rule,
-            "folds": self.folds,
+            "folds": [fold.as_dict() for fold in self.folds],
             "calibration": self.calibration.to_dict() if self.calibration else None,
         }
 
@@ -159,7 +157,7 @@ class PolicyChoice:
             policy=BlendPolicy(**doc["policy"]),
             rule=str(doc.get("rule", "")),
             calibration=Calibration.from_dict(calibration) if calibration else None,
-            folds=list(doc.get("folds", [])),
+            folds=[Fold.from_dict(fold) for fold in doc.get("folds", [])],
         )
 
 
@@ -184,7 +182,7 @@ def choose_policy(
             policy=DEFAULT_POLICY,
             rule=f"default: {len(inner)} known configuration(s), too few for leave-one-out",
         )
-    folds: list[dict[str, Any]] = []
+    folds: list[Fold] = []
     per_fold: list[list[GroupResult]] = []
     for name in inner:
         model = models.without((*outer, name))
@@ -193,18 +191,19 @@ def choose_policy(
         nearest = mean_scores(
             [r.scores["baseline_nearest"] for r in results if "baseline_nearest" in r.scores]
         )
-        fold: dict[str, Any] = {
-            "holdout": name,
-            "baseline_nearest": {m: nearest.get(m) for m in GATE_METRICS},
-        }
+        policies = {}
         for candidate in CANDIDATE_POLICIES:
             scores = mean_scores([r.candidates[candidate.name] for r in results])
-            figures: dict[str, float | None] = {m: scores.get(m) for m in GATE_METRICS}
-            figures["probes_share"] = float(
-                np.mean([_probe_share(r, r.candidates[candidate.name]) for r in results])
+            policies[candidate.name] = FoldFigures(
+                score_at_1=scores.score_at_1,
+                score_at_5=scores.score_at_5,
+                probes_share=float(
+                    np.mean([_probe_share(r, r.candidates[candidate.name]) for r in results])
+                ),
             )
-            fold[candidate.name] = figures
-        folds.append(fold)
+        folds.append(
+            Fold(holdout=name, baseline_nearest=GateFigures.of(nearest), policies=policies)
+        )
     chosen = _best(folds)
     rows = [r.calibration_rows[chosen.name] for results in per_fold for r in results]
     calibration = Calibration.fit(
@@ -218,27 +217,34 @@ def choose_policy(
     return PolicyChoice(policy=chosen, rule=rule, calibration=calibration, folds=folds)
 
 
-def _probe_share(result: GroupResult, scores: Any) -> float:
+def _probe_share(result: GroupResult, scores: RankingScores) -> float:
     """Return the share of the candidates probed before one is within 3% of the best."""
     return (scores.probes_to_3pct or result.n_candidates) / result.n_candidates
 
 
-def _margin(fold: dict[str, Any], name: str) -> float:
+def _gate_pairs(fold: Fold, name: str) -> list[tuple[float | None, float | None]]:
+    """Return (nearest, policy `name`) at score@1 and at score@5 in one fold."""
+    nearest, policy = fold.baseline_nearest, fold.policies[name]
+    return [
+        (nearest.score_at_1, policy.score_at_1),
+        (nearest.score_at_5, policy.score_at_5),
+    ]
+
+
+def _margin(fold: Fold, name: str) -> float:
     """Return how far policy `name` is above nearest on its worse metric in one fold."""
-    margins = []
-    for metric in GATE_METRICS:
-        base = fold["baseline_nearest"].get(metric)
-        if base is not None:
-            margins.append((fold[name].get(metric) or 0.0) - base)
+    margins = [
+        (policy or 0.0) - base for base, policy in _gate_pairs(fold, name) if base is not None
+    ]
     return min(margins) if margins else 0.0
 
 
-def _best(folds: list[dict[str, Any]]) -> BlendPolicy:
+def _best(folds: list[Fold]) -> BlendPolicy:
     def key(indexed: tuple[int, BlendPolicy]) -> tuple[bool, float, int]:
         index, candidate = indexed
         safe = all(_margin(f, candidate.name) >= -TIE for f in folds)
         mean = float(
-            np.mean([sum(f[candidate.name].get(m) or 0.0 for m in GATE_METRICS) for f in folds])
+            np.mean([sum(p or 0.0 for _, p in _gate_pairs(f, candidate.name)) for f in folds])
         )
         # Never below nearest on a fold first; then the best mean score@1 + score@5; at an
         # equal mean, the first in CANDIDATE_POLICIES.

@@ -265,3 +265,48 @@ def stencil_t4_file(gpu: HardwareSpec) -> dict[str, Any]:
             "objectives": ["time"],
         })  # fmt: skip
     return {"schema_version": "1.0.0", "metadata": {"timeunit": "milliseconds"}, "results": results}
+
+
+def source_summary(score_at_1: float | None = None, score_at_5: float | None = None) -> Any:
+    """Return a models.reports.SourceSummary with these figures (the others empty)."""
+    from models.reports import SourceSummary
+
+    return SourceSummary(
+        score_at_1=score_at_1,
+        score_at_5=score_at_5,
+        regret_at_1=None,
+        probes_to_3pct=None,
+        spearman=None,
+        median_ape=None,
+        score_at_k=[],
+        probes_to_3pct_share=1.0,
+        within_3pct_in_5pct_of_space=0.0,
+    )
+
+
+def holdout_report(
+    *, policy: tuple[float, float], random_s5: float = 0.5, nearest: Any = None, **overrides: Any
+) -> Any:
+    """Return a models.reports.HoldoutReport whose served policy scores `policy` (s1, s5)."""
+    from dataclasses import asdict
+
+    from models.reports import ChoiceSummary, HoldoutReport, PolicySummary, Reliability
+
+    served = PolicySummary(
+        **asdict(source_summary(*policy)), name="nearest+model", near_distance=2.0, lead_sources=[]
+    )
+    fields: dict[str, Any] = {
+        "holdout": "GPU",
+        "op": "convolution",
+        "n_candidates": 10,
+        "n_problems": 1,
+        "n_train_rows": 10,
+        "model": source_summary(*policy),
+        "baseline_nearest": nearest,
+        "baseline_random": source_summary(score_at_5=random_s5),
+        "policy": served,
+        "candidate_policies": {},
+        "policy_choice": ChoiceSummary(name=served.name, rule="given", folds=[], calibrated=False),
+        "calibration": Reliability(brier=None, rows=0, table=[]),
+    }
+    return HoldoutReport(**(fields | overrides))

@@ -23,8 +23,6 @@ GB = 1024 * MB
 class UnknownHardwareError(TPSError):
     """A device name that the catalog cannot resolve."""
 
-    status_code = 404
-
 
 def _spec(
     name: str,

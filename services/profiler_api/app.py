@@ -28,14 +28,14 @@ from services.profiler_api.fleet.router import router as fleet_router
 from services.profiler_api.guard import BodyGuardMiddleware
 from services.profiler_api.ingest.router import router as ingest_router
 from services.profiler_api.metrics import RequestMetricsMiddleware, ServiceMetrics, state_registry
+from services.profiler_api.model_registry.cache import ActiveModelCache
+from services.profiler_api.model_registry.router import router as models_router
 from services.profiler_api.openapi import build_openapi
 from services.profiler_api.ops.router import router as ops_router
 from services.profiler_api.priors.cache import ChangeListener, PriorAnswerCache
 from services.profiler_api.priors.router import router as priors_router
 from services.profiler_api.priors.service import PriorService
-from services.profiler_api.priors.sources import build_prior_sources
-from services.profiler_api.registry import priors as model_priors
-from services.profiler_api.registry.router import router as models_router
+from services.profiler_api.priors.table import build_prior_sources
 from services.profiler_api.settings import Settings
 from services.profiler_api.training.router import router as admin_router
 from services.profiler_api.training.worker import TrainingWorker
@@ -104,9 +104,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     metrics = ServiceMetrics()
     app.state.settings = settings
     app.state.metrics = metrics
-    model_priors.register()
+    active = ActiveModelCache(check_interval_s=settings.model_check_interval_s)
+    sources = build_prior_sources(settings.prior_sources, active=active)
     cache = PriorAnswerCache(size=settings.priors_cache_size, ttl_s=settings.priors_cache_s)
-    app.state.prior_service = PriorService(build_prior_sources(settings), cache=cache)
+    app.state.prior_service = PriorService(sources, cache=cache)
     app.state.token_cache = TokenCache(ttl_s=settings.token_cache_ttl_s)
     app.state.rate_limiter = RateLimiter(
         rate_per_s=settings.rate_limit_per_s, burst=settings.rate_limit_burst

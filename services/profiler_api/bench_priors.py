@@ -42,8 +42,8 @@ from services.profiler_api.auth.service import Role, create_token
 from services.profiler_api.bench_fleet import generate_fleet, sample_pairs
 from services.profiler_api.db import libpq_url, make_engine, scratch_database
 from services.profiler_api.loadgen import Call, LoadResult
+from services.profiler_api.model_registry import repository as registry
 from services.profiler_api.orm import ModelVersion
-from services.profiler_api.registry import repository as registry
 from services.profiler_api.runner import quiet_client_logs, running_service
 from services.profiler_api.settings import Settings
 from services.profiler_api.synthetic import FleetSimulator

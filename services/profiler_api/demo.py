@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy.orm import Session
 
-from models.sources import read_probe_runs_jsonl
+from models.data_files import read_probe_runs_jsonl
 from services.profiler_api import migrate
 from services.profiler_api.auth.service import Role, create_token
 from services.profiler_api.db import make_engine, recreate_database, resolve_database_url

@@ -43,11 +43,13 @@ SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 # Dependencies that only read app state or check a role are `async def`: FastAPI runs a
 # sync dependency in the thread pool, and each hop costs about a millisecond on a busy box.
 async def get_settings(request: Request) -> Settings:
-    return request.app.state.settings
+    settings: Settings = request.app.state.settings
+    return settings
 
 
 async def get_metrics(request: Request) -> ServiceMetrics:
-    return request.app.state.metrics
+    metrics: ServiceMetrics = request.app.state.metrics
+    return metrics
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]

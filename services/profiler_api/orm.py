@@ -220,7 +220,7 @@ class FleetCounter(Base):
 
 
 # -- model registry and training jobs (migration 0002) -------------------------------------
-# One model is active at a time, across every op family: an artifact holds a model per op
+# One model is active at a time, across every op: an artifact holds a model per op
 # (models.bundle.ModelBundle), so activating a version switches them all together. A partial
 # unique index on `active` makes a second active row impossible, whatever the replicas do.
 

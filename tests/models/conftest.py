@@ -7,6 +7,7 @@ expectations (these GPUs, these files) hold wherever they run.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -47,4 +48,9 @@ def convolution_data(convolution_runs: list[ProbeRun]) -> TuningData:
     return TuningData.from_runs(convolution_runs)
 
 
-FAST_MODEL = {"n_estimators": 30, "num_leaves": 15, "max_group_rows": 256, "n_jobs": 1}
+FAST_MODEL: dict[str, Any] = {
+    "n_estimators": 30,
+    "num_leaves": 15,
+    "max_group_rows": 256,
+    "n_jobs": 1,
+}

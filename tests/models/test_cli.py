@@ -5,7 +5,7 @@ import pytest
 from typer.testing import CliRunner
 
 from models.bundle import ModelBundle, checksum
-from models.sources import load_runs
+from models.data_files import load_runs
 from tests.factories import OP, stencil_cache_file, stencil_configurations
 from tps.catalog import spec_for
 from tps.cli import app

@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from models.dataset import TuningData
@@ -14,29 +16,61 @@ def test_holdout_report_has_the_promised_shape(convolution_data: TuningData) -> 
     report = evaluate_holdout(
         convolution_data, "NVIDIA RTX A6000", op="convolution", model_params=FAST_MODEL
     )
-    assert report["holdout"] == "NVIDIA RTX A6000"
-    assert report["op"] == "convolution" and report["n_candidates"] == 400
-    assert report["n_train_rows"] == 3 * 400  # the held-out GPU's rows never reach training
-    for source in SOURCES:
-        for metric in METRICS[:5]:
-            assert metric in report[source], (source, metric)
-        assert 0.0 <= report[source]["score_at_1"] <= report[source]["score_at_5"] <= 1.0
-        assert len(report[source]["score_at_k"]) == 20
-    assert report["baseline_random"]["median_ape"] is None
+    assert report.holdout == "NVIDIA RTX A6000"
+    assert report.op == "convolution" and report.n_candidates == 400
+    assert report.n_train_rows == 3 * 400  # the held-out GPU's rows never reach training
+    nearest, random = report.baseline_nearest, report.baseline_random
+    assert nearest is not None
+    for summary in (report.model, nearest, random, report.policy):
+        assert 0.0 <= (summary.score_at_1 or 0.0) <= (summary.score_at_5 or 0.0) <= 1.0
+        assert len(summary.score_at_k) == 20
+    assert random.median_ape is None
     # A6000's nearest by spec is the A4000, whose ranking is close: it must beat random.
-    assert report["baseline_nearest"]["score_at_5"] > report["baseline_random"]["score_at_5"]
-    assert report["policy"]["lead_sources"] == ["nearest"]
+    assert (nearest.score_at_5 or 0.0) > (random.score_at_5 or 0.0)
+    assert report.policy.lead_sources == ["nearest"]
     # The served policy was chosen on the three training GPUs, never on the A6000.
-    folds = report["policy_choice"]["folds"]
-    assert [f["holdout"] for f in folds] == [
+    folds = report.policy_choice.folds
+    assert [f.holdout for f in folds] == [
         "AMD Radeon PRO W7800",
         "NVIDIA A100 PCIe 40GB",
         "NVIDIA RTX A4000",
     ]
-    chosen = report["policy"]["name"]
+    chosen = report.policy.name
     for fold in folds:  # never below copying the nearest device on a training fold
-        for metric in ("score_at_1", "score_at_5"):
-            assert fold[chosen][metric] >= fold["baseline_nearest"][metric] - 1e-9
+        policy, baseline = fold.policies[chosen], fold.baseline_nearest
+        assert (policy.score_at_1 or 0.0) >= (baseline.score_at_1 or 0.0) - 1e-9
+        assert (policy.score_at_5 or 0.0) >= (baseline.score_at_5 or 0.0) - 1e-9
+
+
+def test_holdout_report_writes_the_documented_json(convolution_data: TuningData) -> None:
+    report = evaluate_holdout(
+        convolution_data, "NVIDIA RTX A6000", op="convolution", model_params=FAST_MODEL
+    )
+    doc = report.as_dict()
+    assert list(doc) == [
+        "holdout",
+        "op",
+        "n_candidates",
+        "n_problems",
+        "n_train_rows",
+        "model",
+        "baseline_nearest",
+        "baseline_random",
+        "policy",
+        "candidate_policies",
+        "policy_choice",
+        "calibration",
+    ]
+    for source in SOURCES:
+        assert list(doc[source])[: len(METRICS)] == list(METRICS), source
+        assert doc[source]["score_at_1"] == getattr(report, source).score_at_1
+    assert list(doc["policy"])[-3:] == ["name", "near_distance", "lead_sources"]
+    assert list(doc["policy_choice"]) == ["name", "rule", "folds", "calibrated"]
+    fold = doc["policy_choice"]["folds"][0]
+    assert list(fold)[:2] == ["holdout", "baseline_nearest"]
+    assert list(fold[report.policy.name]) == ["score_at_1", "score_at_5", "probes_share"]
+    assert doc["calibration"]["positions"] == report.calibration.positions
+    assert json.loads(json.dumps(doc)) == doc
 
 
 def test_a_nearest_device_that_ran_few_of_the_candidates_does_not_lead(
@@ -56,7 +90,7 @@ def test_a_nearest_device_that_ran_few_of_the_candidates_does_not_lead(
         model_params=FAST_MODEL,
         policy=BlendPolicy(),
     )
-    assert report["policy"]["lead_sources"] == ["model"]
+    assert report.policy.lead_sources == ["model"]
 
 
 def test_policy_leads_with_nearest_only_when_close_and_covering() -> None:

@@ -5,8 +5,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from models.data_files import load_runs
 from models.kernel_tuner import KernelTunerImportError, import_cache, import_file, op_of
-from models.sources import load_runs
 from tps.catalog import resolve
 from tps.cli.model import push_runs, write_jsonl
 

@@ -10,9 +10,9 @@ import pytest
 
 from models import estimator
 from models.bundle import ModelBundle
+from models.data_files import read_probe_runs_jsonl
 from models.dataset import TuningData
 from models.estimator import LatencyModel
-from models.sources import read_probe_runs_jsonl
 from tests.models.conftest import FAST_MODEL, REPO_ROOT
 from tps.candidate import Candidate
 from tps.catalog import resolve

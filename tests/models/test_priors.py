@@ -3,7 +3,7 @@ import pytest
 from models.bundle import ModelBundle, train_bundle
 from models.dataset import TuningData
 from models.policy import BlendPolicy
-from models.priors import RankCache, family_winners, rank, rationale
+from models.priors import family_winners, rank, rationale
 from tests.models.conftest import FAST_MODEL
 from tps.catalog import resolve
 from tps.problem import ProblemKey
@@ -35,9 +35,7 @@ def test_the_bundle_serves_its_chosen_policy_with_calibrated_confidence(
     choice = bundle.policy_for("convolution")
     assert choice is not None and choice.calibration is not None
     # Chosen by leave-one-out over the four training GPUs, and it survives the artifact.
-    assert [f["holdout"] for f in choice.folds] == sorted(
-        convolution_data.hardware_labels().values()
-    )
+    assert [f.holdout for f in choice.folds] == sorted(convolution_data.hardware_labels().values())
     loaded = ModelBundle.from_bytes(bundle.to_bytes()).policy_for("convolution")
     assert loaded is not None and loaded.to_dict() == choice.to_dict()
     problem = next(iter(convolution_data.problems.values()))
@@ -72,15 +70,3 @@ def test_an_unseen_shape_borrows_from_its_family(bundle: ModelBundle) -> None:
     assert ranked and {r.source for r in ranked} == {"family"}
     winners = family_winners(bundle, resolve("A100"), problem, k=3)
     assert len(winners) == 3
-
-
-def test_rank_cache_answers_repeats_from_memory(
-    bundle: ModelBundle, convolution_data: TuningData
-) -> None:
-    cache = RankCache(bundle, maxsize=1)
-    problem = next(iter(convolution_data.problems.values()))
-    first = cache.rank(resolve("L40S"), problem, limit=5)
-    assert cache.rank(resolve("L40S"), problem, limit=5) is first
-    assert first == rank(bundle, resolve("L40S"), problem, limit=5)
-    cache.rank(resolve("T4"), problem, limit=5)  # evicts the L40S answer
-    assert cache.rank(resolve("L40S"), problem, limit=5) is not first

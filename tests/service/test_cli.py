@@ -11,7 +11,7 @@ from rich.console import Console
 from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
-from models.sources import read_probe_runs_jsonl
+from models.data_files import read_probe_runs_jsonl
 from services.profiler_api.bench import IngestBenchConfig, run_ingest_bench
 from services.profiler_api.db import scratch_database
 from services.profiler_api.demo import H200_DATASET, run_demo

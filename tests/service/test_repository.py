@@ -12,7 +12,8 @@ from services.profiler_api.auth.repository import upsert_organisation
 from services.profiler_api.ingest.plan import IngestPlan
 from services.profiler_api.ingest.service import parse_batch, store
 from services.profiler_api.orm import CandidateStats, MeasurementRow, ProbeRunRow
-from services.profiler_api.priors.sources import ObservedPriors, PriorQuery, observed_confidence
+from services.profiler_api.priors.observed import ObservedPriors, observed_confidence
+from services.profiler_api.priors.query import PriorQuery
 from tests.factories import (
     batch_body,
     cublaslt,

@@ -210,8 +210,8 @@ def import_kernel_tuner(
     """
     from pydantic import ValidationError
 
+    from models.data_files import KERNEL_TUNER_SUFFIXES, data_files
     from models.kernel_tuner import import_cache
-    from models.sources import KERNEL_TUNER_SUFFIXES, data_files
     from tps.errors import TPSError
 
     if push and not token:
@@ -322,10 +322,10 @@ def evaluate(
       tps evaluate --data benchmarks/data/kernel_tuner --holdout W7800
       tps evaluate --data benchmarks/data/kernel_tuner --all --plot k.png
     """
+    from models.data_files import load_runs
     from models.dataset import TuningData
     from models.evaluation import evaluate_holdout, leave_one_out, summarise
     from models.plots import plot_score_at_k
-    from models.sources import load_runs
 
     if not all_holdouts and not holdout:
         raise typer.BadParameter("give --holdout NAME or --all")
@@ -341,15 +341,16 @@ def evaluate(
             evaluate_holdout(tuning, holdout or "", op=o, seed=seed, model_params=params)
             for o in ops
         ]
+    documents = [report.as_dict() for report in reports]
     if plot:
-        plot_score_at_k(reports, plot)
+        plot_score_at_k(documents, plot)
     if as_json:
-        payload: object = reports[0] if len(reports) == 1 else reports
+        payload: object = documents[0] if len(documents) == 1 else documents
         if all_holdouts:
-            payload = {"reports": reports, "summary": summarise(reports)}
+            payload = {"reports": documents, "summary": summarise(reports)}
         typer.echo(json.dumps(payload, indent=2))
         return
-    _print_reports(reports)
+    _print_reports(documents)
     if all_holdouts:
         for entry in summarise(reports):
             console.print(entry)
@@ -379,8 +380,8 @@ def train(
       tps train --data runs.jsonl.gz --dask-scheduler tcp://scheduler:8786
     """
     from models.bundle import checksum, train_bundle
+    from models.data_files import load_runs
     from models.dataset import TuningData
-    from models.sources import load_runs
 
     tuning = TuningData.from_runs(load_runs(data))
     client = None

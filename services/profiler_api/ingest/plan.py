@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from services.profiler_api.errors import Unprocessable
-from services.profiler_api.ingest.repository import MeasurementRow, RunRow
+from services.profiler_api.ingest.repository import MeasurementValues, RunRow
 from tps.hardware import SOFTWARE_FIELDS, HardwareSpec
 from tps.problem import ProblemKey
 from tps.schemas import ProbeRun, ProbeRunBatch
@@ -128,7 +128,9 @@ class IngestPlan:
             )
         return problem_hash
 
-    def measurement_rows(self, run_ids: set[uuid.UUID] | None = None) -> Iterator[MeasurementRow]:
+    def measurement_rows(
+        self, run_ids: set[uuid.UUID] | None = None
+    ) -> Iterator[MeasurementValues]:
         """Yield the measurement rows of the runs in `run_ids` (all runs when None)."""
         for run_id, planned in self.runs.items():
             if run_ids is not None and run_id not in run_ids:

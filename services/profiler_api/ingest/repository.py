@@ -35,7 +35,8 @@ RunRow = tuple[
     str,  # source
     datetime,  # created_at
 ]
-MeasurementRow = tuple[Any, ...]
+# One measurement's values in the order of the COPY's columns.
+MeasurementValues = tuple[Any, ...]
 
 HARDWARE_COLUMNS = "fingerprint, vendor, arch, name, spec"
 HARDWARE_TYPES = ("text", "text", "text", "text", "jsonb")
@@ -235,7 +236,7 @@ def runs_of_other_orgs(
     return [row[0] for row in rows]
 
 
-def copy_measurements(conn: psycopg.Connection[Any], rows: Iterable[MeasurementRow]) -> None:
+def copy_measurements(conn: psycopg.Connection[Any], rows: Iterable[MeasurementValues]) -> None:
     """Stream measurement rows into their table with one binary COPY."""
     _copy(conn, "measurements", MEASUREMENT_COLUMNS, rows, types=MEASUREMENT_TYPES)
 

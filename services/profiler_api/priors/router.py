@@ -21,8 +21,8 @@ from services.profiler_api.examples import (
     json_examples,
 )
 from services.profiler_api.metrics import ServiceMetrics
+from services.profiler_api.priors.query import PriorQuery
 from services.profiler_api.priors.service import Answer, PriorService, SessionFactory
-from services.profiler_api.priors.sources import PriorQuery
 from tps.bounds import NO_NUL
 from tps.schemas import Prior, PriorBatch, PriorBatchRequest, PriorRequest
 
@@ -31,11 +31,13 @@ OBSERVED = frozenset({"observed"})
 
 
 async def get_prior_service(request: Request) -> PriorService:
-    return request.app.state.prior_service
+    service: PriorService = request.app.state.prior_service
+    return service
 
 
 async def get_read_sessions(request: Request) -> SessionFactory:
-    return request.app.state.read_session_factory
+    sessions: SessionFactory = request.app.state.read_session_factory
+    return sessions
 
 
 PriorServiceDep = Annotated[PriorService, Depends(get_prior_service)]

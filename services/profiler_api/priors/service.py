@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from services.profiler_api.errors import NotFound, Unprocessable
 from services.profiler_api.priors import repository
 from services.profiler_api.priors.cache import PriorAnswerCache
-from services.profiler_api.priors.sources import PriorQuery, PriorSource
+from services.profiler_api.priors.query import PriorBackend, PriorQuery
 from tps.hardware import HardwareSpec
 from tps.problem import ProblemKey
 from tps.schemas import Prior
@@ -38,7 +38,7 @@ class PriorService:
     """Ask each source in turn; the first non-empty answer wins. Answers are cached."""
 
     def __init__(
-        self, sources: Sequence[PriorSource], *, cache: PriorAnswerCache | None = None
+        self, sources: Sequence[PriorBackend], *, cache: PriorAnswerCache | None = None
     ) -> None:
         self.sources = list(sources)
         self.cache = cache if cache is not None else PriorAnswerCache(size=0, ttl_s=0.0)

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from models.sources import load_runs
+from models.data_files import load_runs
 from tps.catalog import UnknownHardwareError, normalise_name, resolve
 from tps.errors import TPSError
 from tps.schemas import ProbeRun, ProbeRunBatch

@@ -5,12 +5,10 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-import numpy as np
-import pandas as pd
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from models.dataset import TuningData, hardware_label
+from models.dataset import MedianRow, TuningData
 from services.profiler_api.orm import (
     CandidateRow,
     Hardware,
@@ -136,10 +134,10 @@ def finish_job(
 
 
 def tuning_data(session: Session, *, ops: list[str] | None = None) -> TuningData:
-    """Rebuild the training table from the stored measurements.
+    """Read the training table from the stored measurements.
 
     One row per (hardware, problem, candidate): the median over runs of the valid medians
-    (NaN when it never ran validly), as models.dataset.TuningData.from_runs computes it.
+    (NULL when it never ran validly), as models.dataset.TuningData.from_runs computes it.
     """
     m, r, p = MeasurementRow, ProbeRunRow, Problem
     valid_median = func.percentile_cont(0.5).within_group(m.median_us)
@@ -158,37 +156,32 @@ def tuning_data(session: Session, *, ops: list[str] | None = None) -> TuningData
     )
     if ops:
         query = query.where(p.op.in_(ops))
-    frame = pd.DataFrame(
-        session.execute(query).all(),
-        columns=["op", "hw_key", "problem_hash", "candidate_id", "median_us"],
-    )
-    frame["median_us"] = frame["median_us"].astype(float)
-    if frame.empty:
-        return TuningData(frame=frame.assign(valid=np.array([], dtype=bool), hw_label=""))
+    rows = [MedianRow(*row) for row in session.execute(query).all()]
+    hardware_ids = sorted({row.hw_key for row in rows})
+    problem_ids = sorted({row.problem_hash for row in rows})
+    candidate_ids = sorted({row.candidate_id for row in rows})
     hardware = {
         key: HardwareSpec.model_validate(spec)
         for key, spec in session.execute(
             select(Hardware.fingerprint, Hardware.spec).where(
-                Hardware.fingerprint.in_(frame["hw_key"].unique().tolist())
+                Hardware.fingerprint.in_(hardware_ids)
             )
         ).all()
     }
     problems = {
         key: ProblemKey.model_validate(doc)
         for key, doc in session.execute(
-            select(Problem.hash, Problem.key).where(
-                Problem.hash.in_(frame["problem_hash"].unique().tolist())
-            )
+            select(Problem.hash, Problem.key).where(Problem.hash.in_(problem_ids))
         ).all()
     }
     candidates = {
         key: Candidate(backend=backend, params=params)
         for key, backend, params in session.execute(
             select(CandidateRow.id, CandidateRow.backend, CandidateRow.params).where(
-                CandidateRow.id.in_(frame["candidate_id"].unique().tolist())
+                CandidateRow.id.in_(candidate_ids)
             )
         ).all()
     }
-    frame["valid"] = frame["median_us"].notna()
-    frame["hw_label"] = frame["hw_key"].map({k: hardware_label(v) for k, v in hardware.items()})
-    return TuningData(frame=frame, hardware=hardware, problems=problems, candidates=candidates)
+    return TuningData.from_medians(
+        rows, hardware=hardware, problems=problems, candidates=candidates
+    )

@@ -27,7 +27,7 @@ class RetrainParams(BaseModel):
             default=None,
             min_length=1,
             max_length=16,
-            description="op families to train (default: every one)",
+            description="ops to train (default: every one)",
         )
     )
     holdout: str | None = Field(

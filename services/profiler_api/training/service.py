@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,8 @@ import numpy as np
 from models.bundle import ModelBundle, train_bundle
 from models.dataset import TuningData
 from models.evaluation import evaluate_holdout
+from models.metrics import MeanScores
+from models.reports import Champion, GateFigures, HoldoutReport
 from models.selection import FoldModels
 from services.profiler_api.training.schemas import RetrainParams
 from tps.errors import TPSError
@@ -43,7 +45,7 @@ class TrainingError(TPSError):
 class TrainingOutcome:
     """What a job produced: the held-out reports, the gate's verdict, and the artifact."""
 
-    reports: list[dict[str, Any]]
+    reports: list[HoldoutReport]
     reasons: list[str] = field(default_factory=list)
     bundle: ModelBundle | None = None
     artifact: bytes = b""
@@ -55,7 +57,7 @@ class TrainingOutcome:
 
     def metrics(self) -> dict[str, Any]:
         return {
-            "reports": self.reports,
+            "reports": [report.as_dict() for report in self.reports],
             "gate": {"passed": self.accepted, "reasons": self.reasons},
             "timings_s": self.timings_s,
         }
@@ -77,7 +79,7 @@ def subsample_candidates(data: TuningData, *, max_candidates: int | None, seed: 
 
 def holdout_for(data: TuningData, op: str, requested: str | None) -> str:
     """Return the hardware label to hold out for `op` (the one asked for, else a fixed pick)."""
-    labels = sorted(data.for_op(op).frame["hw_label"].unique())
+    labels: list[str] = sorted(data.for_op(op).frame["hw_label"].unique())
     if len(labels) < 2:
         raise TrainingError(
             f"op {op!r} has measurements from {len(labels)} hardware; "
@@ -93,42 +95,48 @@ def _recipe(model_params: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in model_params.items() if k not in _NOT_RECIPE}
 
 
-def floor(report: dict[str, Any]) -> list[str]:
+def _figure(scores: MeanScores, metric: str) -> float | None:
+    value: float | None = getattr(scores, metric)
+    return value
+
+
+def floor(report: HoldoutReport) -> list[str]:
     """Return why the served ranking is no better than random order (empty: pass)."""
-    served, random = report["policy"], report.get("baseline_random") or {}
-    if (served.get("score_at_5") or 0.0) < (random.get("score_at_5") or 0.0):
+    served, random = report.policy.score_at_5, report.baseline_random.score_at_5
+    if (served or 0.0) < (random or 0.0):
         return [
-            f"{report['op']}: score@5 {served.get('score_at_5', 0.0):.4f} on {report['holdout']} "
-            f"is below random order's {random['score_at_5']:.4f}"
+            f"{report.op}: score@5 {served or 0.0:.4f} on {report.holdout} "
+            f"is below random order's {random:.4f}"
         ]
     return []
 
 
-def versus_nearest(report: dict[str, Any]) -> list[str]:
+def versus_nearest(report: HoldoutReport) -> list[str]:
     """Return why the served ranking is below copying the nearest device (empty: pass)."""
-    nearest = report.get("baseline_nearest") or {}
+    nearest = report.baseline_nearest
     reasons = []
     for metric in GATE_METRICS:
-        served, baseline = report["policy"].get(metric) or 0.0, nearest.get(metric)
+        served = _figure(report.policy, metric) or 0.0
+        baseline = _figure(nearest, metric) if nearest is not None else None
         if baseline is not None and served < baseline - NEAREST_TIE:
             reasons.append(
-                f"{report['op']}: {metric} {served:.4f} on {report['holdout']} is below "
+                f"{report.op}: {metric} {served:.4f} on {report.holdout} is below "
                 f"copying the nearest device's ranking ({baseline:.4f})"
             )
     return reasons
 
 
 def gate(
-    challenger: dict[str, Any], champion: dict[str, Any], *, version: int, tolerance: float
+    challenger: HoldoutReport, champion: HoldoutReport, *, version: int, tolerance: float
 ) -> list[str]:
     """Return why the challenger's served ranking is worse than the champion's (empty: pass)."""
     reasons = []
     for metric in GATE_METRICS:
-        new = challenger["policy"].get(metric) or 0.0
-        old = champion["policy"].get(metric) or 0.0
+        new = _figure(challenger.policy, metric) or 0.0
+        old = _figure(champion.policy, metric) or 0.0
         if new < old - tolerance:
             reasons.append(
-                f"{challenger['op']}: {metric} {new:.4f} on {challenger['holdout']} is worse than "
+                f"{challenger.op}: {metric} {new:.4f} on {challenger.holdout} is worse than "
                 f"the active model v{version}'s {old:.4f} by more than {tolerance}"
             )
     return reasons
@@ -172,11 +180,14 @@ def train_and_gate(
                 data, holdout, op=op, model_params={**_recipe(old), "n_jobs": n_jobs},
                 seed=old["seed"],
             )  # fmt: skip
-            report["champion"] = {
-                "version": version,
-                "policy": {m: champ["policy"].get(m) for m in GATE_METRICS},
-                "model": {m: champ["model"].get(m) for m in GATE_METRICS},
-            }
+            report = replace(
+                report,
+                champion=Champion(
+                    version=version,
+                    policy=GateFigures.of(champ.policy),
+                    model=GateFigures.of(champ.model),
+                ),
+            )
             outcome.reasons += gate(report, champ, version=version, tolerance=params.tolerance)
         outcome.reports.append(report)
     outcome.timings_s["evaluate"] = round(time.perf_counter() - started, 2)
@@ -185,7 +196,7 @@ def train_and_gate(
         outcome.bundle = train_bundle(
             data, model_params=model_params, seed=params.seed, folds=folds
         )
-        outcome.bundle.metrics = {"reports": outcome.reports}
+        outcome.bundle.metrics = {"reports": [report.as_dict() for report in outcome.reports]}
         outcome.artifact = outcome.bundle.to_bytes()
         outcome.timings_s["refit"] = round(time.perf_counter() - started, 2)
     return outcome

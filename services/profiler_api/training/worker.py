@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from models.bundle import ModelBundle, checksum
-from services.profiler_api.registry import repository as registry
+from services.profiler_api.model_registry import repository as model_registry
 from services.profiler_api.settings import Settings
 from services.profiler_api.training import repository
 from services.profiler_api.training.schemas import RetrainParams
@@ -70,10 +70,10 @@ class TrainingWorker:
         params = RetrainParams.model_validate(raw_params)
         with self.session_factory() as session:
             data = repository.tuning_data(session, ops=params.ops)
-            version = registry.active_version(session)
+            version = model_registry.active_version(session)
             champion = None
             if version is not None:
-                stored = registry.artifact_of(session, version)
+                stored = model_registry.artifact_of(session, version)
                 if stored is not None:
                     artifact, digest = stored
                     champion = (version, ModelBundle.from_bytes(artifact, expected_checksum=digest))
@@ -95,7 +95,7 @@ class TrainingWorker:
                 log.info("training job %s rejected: %s", job_id, outcome.reasons)
                 return
             bundle = outcome.bundle
-            version = registry.add_version(
+            version = model_registry.add_version(
                 session,
                 ops=bundle.ops,
                 data_counts=bundle.data_counts,
@@ -105,7 +105,7 @@ class TrainingWorker:
                 sha256=checksum(outcome.artifact),
                 job_id=job_id,
             )
-            registry.activate(session, version)
+            model_registry.activate(session, version)
             repository.finish_job(
                 session,
                 job_id,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from models.bundle import ArtifactError, ModelBundle
-from services.profiler_api.registry import repository
+from services.profiler_api.model_registry import repository
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class ActiveModelCache:
         try:
             bundle = ModelBundle.from_bytes(artifact, expected_checksum=digest)
         except ArtifactError:
-            # Keep serving what was loaded; the registry row needs an admin's attention.
+            # Keep serving what was loaded; the version's row needs an admin's attention.
             log.error("model v%d does not load; still serving the previous one", version)
             return None
         bundle.warm_up()  # here, not in the first priors request after the switch

@@ -33,7 +33,9 @@ def _client(base_url: str, token: str) -> httpx.Client:
     return httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {token}"})
 
 
-def test_jobs_are_listed_newest_first_and_a_queued_one_cancels(idle_service) -> None:
+def test_jobs_are_listed_newest_first_and_a_queued_one_cancels(
+    idle_service: tuple[str, str, str],
+) -> None:
     base_url, admin_token, _ = idle_service
     with _client(base_url, admin_token) as admin:
         first = admin.post("/v1/admin/retrain", json={}).json()["job_id"]
@@ -55,7 +57,7 @@ def test_jobs_are_listed_newest_first_and_a_queued_one_cancels(idle_service) -> 
         ]
 
 
-def test_bad_job_requests_are_a_clear_4xx(idle_service) -> None:
+def test_bad_job_requests_are_a_clear_4xx(idle_service: tuple[str, str, str]) -> None:
     base_url, admin_token, agent_token = idle_service
     with _client(base_url, admin_token) as admin:
         assert admin.get("/v1/admin/jobs", params={"state": "done"}).status_code == 422

@@ -1,4 +1,4 @@
-"""Prior sources backed by the active model: `model` (and `nearest`) and `family`.
+"""The sources of priors backed by the active model: `model` (and `nearest`) and `family`.
 
 `model` answers for a problem the model was trained on, on hardware with no observations of
 it: the blend policy (models.policy) leads with the model's ranking, or with the nearest
@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 
 import numpy as np
@@ -19,11 +19,10 @@ from sqlalchemy.orm import Session
 
 from models import priors as model_priors
 from models.families import shape_vector
-from services.profiler_api.priors.sources import PriorQuery, register_prior_source
-from services.profiler_api.registry.cache import ActiveModelCache, LoadedModel
-from services.profiler_api.settings import Settings
+from services.profiler_api.model_registry.cache import ActiveModelCache, LoadedModel
+from services.profiler_api.priors.query import PriorQuery
 from tps.candidate import Candidate
-from tps.schemas import Prior, PriorCandidate
+from tps.schemas import Prior, PriorCandidate, PriorSource
 
 MEMO_SIZE = 4096
 FAMILY_CONFIDENCE = 0.5
@@ -33,8 +32,8 @@ FAMILY_RATIONALE = (
 )
 
 
-class _Memo:
-    """A small LRU of answers: a model version's answer to a query never changes.
+class AnswerMemo:
+    """An LRU of the model's answers: a model version's answer to a query never changes.
 
     The hosts of a job ask about a new GPU all at once: the first request computes the
     answer and the others wait for it, instead of each running the model.
@@ -43,10 +42,10 @@ class _Memo:
     def __init__(self, size: int = MEMO_SIZE) -> None:
         self.size = size
         self._lock = threading.Lock()
-        self._items: OrderedDict[tuple, Prior] = OrderedDict()
-        self._pending: dict[tuple, Future[Prior]] = {}
+        self._items: OrderedDict[Hashable, Prior] = OrderedDict()
+        self._pending: dict[Hashable, Future[Prior]] = {}
 
-    def get(self, key: tuple, compute: Callable[[], Prior]) -> Prior:
+    def get(self, key: Hashable, compute: Callable[[], Prior]) -> Prior:
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
@@ -75,7 +74,7 @@ class _Memo:
 
 def _prior(
     query: PriorQuery,
-    entries: list[tuple[Candidate, float | None, str, float]],
+    entries: list[tuple[Candidate, float | None, PriorSource, float]],
     rationale: str | None = None,
 ) -> Prior:
     candidates = [
@@ -84,7 +83,7 @@ def _prior(
             candidate=candidate,
             rank=rank,
             predicted_us=round(predicted, 4) if predicted is not None else None,
-            source=source,  # type: ignore[arg-type]
+            source=source,
             confidence=confidence,
         )
         for rank, (candidate, predicted, source, confidence) in enumerate(entries)
@@ -99,15 +98,17 @@ def _prior(
     )
 
 
-class _ModelSource:
+class _ActiveModelBackend:
+    """Answer from the active model, each answer computed once per model version."""
+
     name = "model"
 
-    def __init__(self, cache: ActiveModelCache) -> None:
-        self.cache = cache
-        self.memo = _Memo()
+    def __init__(self, active: ActiveModelCache) -> None:
+        self.active = active
+        self.memo = AnswerMemo()
 
     def _loaded(self, session: Session, query: PriorQuery) -> LoadedModel | Prior:
-        loaded = self.cache.get(session)
+        loaded = self.active.get(session)
         if loaded is None:
             return query.empty("no active model (POST /v1/admin/retrain)")
         if query.problem.op not in loaded.bundle.models:
@@ -137,11 +138,11 @@ class _ModelSource:
         )
 
 
-class ModelPriors(_ModelSource):
+class ModelPriors(_ActiveModelBackend):
     """Rank the op's candidate universe with the active model and the blend policy."""
 
 
-class FamilyPriors(_ModelSource):
+class FamilyPriors(_ActiveModelBackend):
     """Rank a never-seen problem by its shape family's winners."""
 
     name = "family"
@@ -162,7 +163,7 @@ class FamilyPriors(_ModelSource):
         # Far from every family centre, the family says less about this shape.
         confidence = round(FAMILY_CONFIDENCE * math.exp(-distance / 4.0), 4)
         predicted = bundle.models[problem.op].predict_frame(query.hardware, problem, winners)
-        entries = [
+        entries: list[tuple[Candidate, float | None, PriorSource, float]] = [
             (c, float(us) if np.isfinite(us) else None, "family", confidence)
             for c, us in zip(winners, predicted["predicted_us"], strict=True)
         ]
@@ -172,22 +173,3 @@ class FamilyPriors(_ModelSource):
         )
         why = None if ordered else FAMILY_RATIONALE.format(op=problem.op)
         return _prior(query, entries, why)
-
-
-def register() -> None:
-    """Make `model` and `family` available to TPS_PRIOR_SOURCES, sharing one model cache.
-
-    `build_prior_sources` calls the factories one after another with the same settings, so
-    one slot is enough for both sources to load the active artifact once, not twice.
-    """
-    last: list[tuple[Settings, ActiveModelCache]] = []
-
-    def cache(settings: Settings) -> ActiveModelCache:
-        if not last or last[0][0] is not settings:
-            last[:] = [
-                (settings, ActiveModelCache(check_interval_s=settings.model_check_interval_s))
-            ]
-        return last[0][1]
-
-    register_prior_source("model", lambda settings: ModelPriors(cache(settings)))
-    register_prior_source("family", lambda settings: FamilyPriors(cache(settings)))

@@ -9,8 +9,8 @@ from fastapi import APIRouter, Path, Query
 from services.profiler_api.bounds import Offset
 from services.profiler_api.deps import AdminDep, OperatorDep, SessionDep
 from services.profiler_api.errors import NotFound
-from services.profiler_api.registry import repository
-from services.profiler_api.registry.schemas import ModelVersionOut
+from services.profiler_api.model_registry import repository
+from services.profiler_api.model_registry.schemas import ModelVersionOut
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
 Version = Annotated[int, Path(ge=1, le=2**31 - 1, description="model version")]

@@ -27,7 +27,7 @@ FAST = {"ops": ["convolution"], "holdout": "W6600", "n_estimators": 20, "max_can
 def _wait(client: httpx.Client, job_id: str, deadline_s: float = 90.0) -> dict[str, Any]:
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
-        job = client.get(f"/v1/admin/jobs/{job_id}").json()
+        job: dict[str, Any] = client.get(f"/v1/admin/jobs/{job_id}").json()
         if job["state"] not in ("queued", "running"):
             return job
         time.sleep(0.2)

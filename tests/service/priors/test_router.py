@@ -5,10 +5,10 @@ import math
 from tests.conftest import LiveService
 from tests.factories import batch_body, cublaslt, hardware_spec, probe_run, unique_problem
 from tps.candidate import VENDOR_DEFAULT
-from tps.schemas import Prior
+from tps.schemas import Prior, ProbeRun
 
 
-def _push(service: LiveService, runs: list) -> None:
+def _push(service: LiveService, runs: list[ProbeRun]) -> None:
     with service.client() as client:
         assert client.post("/v1/probe-runs", content=batch_body(runs)).status_code == 200
 

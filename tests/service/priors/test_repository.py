@@ -13,7 +13,9 @@ from services.profiler_api.priors.repository import observed_candidates
 from tests.factories import cublaslt, hardware_spec, unique_problem
 
 
-def _stats(hardware_id: str, problem_id: str, candidate_id: str, *, us: float, valid: int):
+def _stats(
+    hardware_id: str, problem_id: str, candidate_id: str, *, us: float, valid: int
+) -> CandidateStats:
     now = datetime.now(UTC)
     return CandidateStats(
         hardware_id=hardware_id,

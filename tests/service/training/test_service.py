@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
 
 import pytest
 
 from models.dataset import TuningData
+from models.reports import HoldoutReport
 from services.profiler_api.training.service import (
     TrainingError,
     floor,
@@ -15,16 +16,12 @@ from services.profiler_api.training.service import (
     subsample_candidates,
     versus_nearest,
 )
-from tests.factories import tuning_runs
+from tests.factories import holdout_report, source_summary, tuning_runs
 
 
-def _report(s1: float, s5: float, random_s5: float = 0.5) -> dict[str, Any]:
-    return {
-        "op": "convolution",
-        "holdout": "GPU",
-        "policy": {"score_at_1": s1, "score_at_5": s5},
-        "baseline_random": {"score_at_5": random_s5},
-    }
+def _report(s1: float, s5: float, random_s5: float = 0.5) -> HoldoutReport:
+    report: HoldoutReport = holdout_report(policy=(s1, s5), random_s5=random_s5)
+    return report
 
 
 def test_gate_passes_within_tolerance_and_names_what_got_worse() -> None:
@@ -41,13 +38,13 @@ def test_floor_rejects_a_ranking_worse_than_random_order() -> None:
 
 
 def test_the_served_ranking_must_match_copying_the_nearest_device() -> None:
-    report = {**_report(0.80, 0.95), "baseline_nearest": {"score_at_1": 0.80, "score_at_5": 0.9}}
+    report = replace(_report(0.80, 0.95), baseline_nearest=source_summary(0.80, 0.9))
     assert versus_nearest(report) == []
-    report["baseline_nearest"]["score_at_5"] = 0.96
+    report = replace(report, baseline_nearest=source_summary(0.80, 0.96))
     (reason,) = versus_nearest(report)
     assert "score_at_5 0.9500" in reason and "nearest device" in reason and "0.9600" in reason
     # No nearest device (nothing else measured the problem): nothing to compare with.
-    assert versus_nearest({**_report(0.1, 0.2), "baseline_nearest": {}}) == []
+    assert versus_nearest(replace(_report(0.1, 0.2), baseline_nearest=None)) == []
 
 
 def test_subsample_keeps_the_same_candidates_on_every_hardware() -> None:

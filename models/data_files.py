@@ -20,8 +20,6 @@ KERNEL_TUNER_SUFFIXES = (".json", ".json.gz")
 class DataSourceError(TPSError):
     """A data path that holds nothing this package can read."""
 
-    status_code = 422
-
 
 def _is(path: Path, suffixes: tuple[str, ...]) -> bool:
     return any(path.name.endswith(s) for s in suffixes)

@@ -1,0 +1,54 @@
+"""What a prior is asked for, and the protocol every backend of priors answers it by."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from sqlalchemy.orm import Session
+
+from tps.hardware import HardwareSpec
+from tps.problem import ProblemKey
+from tps.schemas import Prior
+
+
+@dataclass(frozen=True)
+class PriorQuery:
+    """What a caller asks for: a problem on a piece of hardware, and how many candidates."""
+
+    hardware: HardwareSpec
+    hardware_fingerprint: str
+    problem: ProblemKey
+    problem_hash: str
+    limit: int = 8
+
+    @classmethod
+    def of(cls, hardware: HardwareSpec, problem: ProblemKey, *, limit: int = 8) -> PriorQuery:
+        return cls(
+            hardware=hardware,
+            hardware_fingerprint=hardware.fingerprint(),
+            problem=problem,
+            problem_hash=problem.key_hash(),
+            limit=limit,
+        )
+
+    def empty(self, reason: str) -> Prior:
+        """Return a prior with no candidates and the reason why."""
+        return Prior(
+            hardware_fingerprint=self.hardware_fingerprint,
+            problem_hash=self.problem_hash,
+            canonical=self.problem.canonical(),
+            reason=reason,
+        )
+
+
+class PriorBackend(Protocol):
+    """Rank candidates for a query; an empty prior (with a reason) means 'nothing to say'.
+
+    `name` is the source's name in TPS_PRIOR_SOURCES.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    def rank(self, session: Session, query: PriorQuery) -> Prior: ...

@@ -1,0 +1,31 @@
+"""The sources of priors, by name, in one table; the settings choose which and in what order.
+
+`model` and `family` share one cache of the active model, so that the artifact is loaded
+once per replica.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from services.profiler_api.model_registry.cache import ActiveModelCache
+from services.profiler_api.priors.model import FamilyPriors, ModelPriors
+from services.profiler_api.priors.observed import ObservedPriors
+from services.profiler_api.priors.query import PriorBackend
+
+PriorBackendFactory = Callable[[ActiveModelCache], PriorBackend]
+
+PRIOR_SOURCES: tuple[tuple[str, PriorBackendFactory], ...] = (
+    ("observed", lambda _active: ObservedPriors()),
+    ("model", ModelPriors),
+    ("family", FamilyPriors),
+)
+
+
+def build_prior_sources(names: Sequence[str], *, active: ActiveModelCache) -> list[PriorBackend]:
+    """Return the backends of the sources `names`, in that order of preference."""
+    factories = dict(PRIOR_SOURCES)
+    unknown = [name for name in names if name not in factories]
+    if unknown:
+        raise ValueError(f"unknown prior sources {unknown}; known: {sorted(factories)}")
+    return [factories[name](active) for name in names]

@@ -1,0 +1,64 @@
+"""Every ranker answers through one method, from the same source rankings."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from models.policy import BlendPolicy
+from models.ranking import (
+    ModelRanker,
+    NearestRanker,
+    RandomRanker,
+    Ranker,
+    SourceRankings,
+    order_by,
+)
+
+
+def _rankings(*, nearest: bool) -> SourceRankings:
+    predicted = np.array([30.0, 10.0, 20.0, 40.0])
+    frame = pd.DataFrame({"candidate_id": list("abcd"), "predicted_us": predicted})
+    orders = {"model": order_by(predicted, ascending=True)}
+    nearest_us = np.array([5.0, 7.0, np.nan, 6.0]) if nearest else None
+    if nearest_us is not None:
+        orders["nearest"] = order_by(nearest_us, ascending=True)
+    return SourceRankings(
+        frame=frame,
+        orders=orders,
+        nearest_key="gpu" if nearest else None,
+        nearest_distance=1.0 if nearest else None,
+        nearest_coverage=0.75 if nearest else 0.0,
+        nearest_us=nearest_us,
+    )
+
+
+def test_model_and_nearest_rank_by_their_own_source() -> None:
+    rankings = _rankings(nearest=True)
+    model = ModelRanker().rank(rankings, limit=2)
+    assert model.order.tolist() == [1, 2] and model.sources == ("model", "model")
+    assert model.predicted_us is not None and model.predicted_us[1] == 10.0
+    nearest = NearestRanker().rank(rankings)
+    assert nearest is not None and nearest.order.tolist() == [0, 3, 1, 2]
+    assert nearest.predicted_us is rankings.nearest_us
+    assert NearestRanker().rank(_rankings(nearest=False)) is None
+
+
+def test_random_orders_are_permutations_fixed_by_the_seed() -> None:
+    rankings = _rankings(nearest=False)
+    first = RandomRanker(seed=3, draws=4).rank(rankings)
+    again = RandomRanker(seed=3, draws=4).rank(rankings)
+    assert len(first.orders) == 4 and first.predicted_us is None
+    for a, b in zip(first.orders, again.orders, strict=True):
+        assert sorted(a.tolist()) == [0, 1, 2, 3] and a.tolist() == b.tolist()
+
+
+def test_a_policy_is_a_ranker_that_interleaves_its_sources() -> None:
+    rankers: list[Ranker] = [ModelRanker(), NearestRanker(), RandomRanker(), BlendPolicy()]
+    rankings = _rankings(nearest=True)
+    assert all(r.rank(rankings) is not None for r in rankers)
+    served = BlendPolicy(lead="nearest", min_coverage=0.0).rank(rankings)
+    assert served.order.tolist() == [0, 1, 3, 2]
+    assert served.sources == ("nearest", "model", "nearest", "model")
+    alone = BlendPolicy(lead="model", interleave=False).rank(rankings, limit=3)
+    assert alone.order.tolist() == [1, 2, 0] and set(alone.sources) == {"model"}

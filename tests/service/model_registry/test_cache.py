@@ -1,0 +1,63 @@
+"""The active model of a replica: loaded once, reloaded on activation, kept when broken."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from models.bundle import checksum, train_bundle
+from services.profiler_api.model_registry import repository
+from services.profiler_api.model_registry.cache import ActiveModelCache
+from tests.factories import tuning_runs
+
+
+def test_active_model_cache_reloads_on_activation_at_most_once_per_interval(
+    db_session: Session,
+) -> None:
+    runs = tuning_runs(["RTX A4000", "W6600"], variant="cache_test")
+    versions = []
+    for seed in (0, 1):
+        artifact = train_bundle(
+            runs, model_params={"n_estimators": 3, "n_jobs": 1}, seed=seed, select_policy=False
+        ).to_bytes()
+        versions.append(
+            repository.add_version(
+                db_session,
+                ops=["convolution"],
+                data_counts={},
+                params={},
+                metrics={},
+                artifact=artifact,
+                sha256=checksum(artifact),
+                job_id=None,
+            )
+        )
+    now = [0.0]
+    cache = ActiveModelCache(check_interval_s=1.0, clock=lambda: now[0])
+    repository.activate(db_session, versions[0])
+    loaded = cache.get(db_session)
+    assert loaded is not None and loaded.version == versions[0]
+    assert loaded.bundle.ops == ["convolution"]
+    repository.activate(db_session, versions[1])
+    now[0] = 0.5
+    assert cache.get(db_session) is loaded  # asked again within the interval: not reloaded
+    now[0] = 1.5
+    reloaded = cache.get(db_session)
+    assert reloaded is not None and reloaded.version == versions[1]
+    assert cache.get(db_session) is reloaded
+
+
+def test_active_model_cache_keeps_serving_when_an_artifact_is_corrupt(
+    db_session: Session,
+) -> None:
+    version = repository.add_version(
+        db_session,
+        ops=["convolution"],
+        data_counts={},
+        params={},
+        metrics={},
+        artifact=b"not gzip",
+        sha256="0" * 64,
+        job_id=None,
+    )
+    repository.activate(db_session, version)
+    assert ActiveModelCache(check_interval_s=0.0).get(db_session) is None
