@@ -54,13 +54,13 @@ def gemm_problem(a: Any, b: Any, *, tf32: bool) -> ProblemKey | None:
     try:
         return ProblemKey(
             op="gemm",
-            dtype=dtype,  # type: ignore[arg-type]
+            dtype=dtype,
             dims=dims,
             trans_a=la[0],
             trans_b=lb[0],
             lda=la[1],
             ldb=lb[1],
-            **strides,  # type: ignore[arg-type]
+            **strides,
         )
     except ValueError:
         return None

@@ -49,6 +49,7 @@ def _matmul(a: Any, b: Any) -> Any:
 def product(a: torch.Tensor, b: torch.Tensor, slot: int) -> torch.Tensor:
     """Return A @ B through the winner of `slot`, or the default once that winner faulted."""
     s = SLOTS[slot]
+    out: torch.Tensor
     if s.route.runner is None:
         out = _matmul(a, b)
     else:

@@ -92,7 +92,7 @@ class _Product(torch.autograd.Function):
 def _dispatch(rt: Runtime, route: Route, a: Any, b: Any, bias: Any) -> Any:
     """Run the route's winner on A, B (plus bias), with autograd where the program trains."""
     if _needs_grad(a, b, bias):
-        out = _Product.apply(rt, route, a, b)
+        out = _Product.apply(rt, route, a, b)  # type: ignore[no-untyped-call]
         return out if bias is None else out + bias
     out = rt.run(route, a, b)
     return out if bias is None else out.add_(bias)
@@ -159,7 +159,7 @@ def _routing(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
             route = rt.resolve(sig, input, mat2)
         route.calls += 1
         if _grad_enabled() and (input.requires_grad or mat2.requires_grad):
-            return _Product.apply(rt, route, input, mat2)
+            return _Product.apply(rt, route, input, mat2)  # type: ignore[no-untyped-call]
         if route.runner is None:
             return original(input, mat2)
         return rt.run(route, input, mat2)
@@ -351,7 +351,7 @@ def deactivate() -> None:
 
 
 # -- torch.compile ----------------------------------------------------------------------------
-@torch._dynamo.assume_constant_result
+@torch._dynamo.assume_constant_result  # type: ignore[untyped-decorator]
 def slot_for(key: tuple[Any, ...]) -> int:
     """Resolve a product's route while tracing; return its slot, or -1 for the default."""
     index, dtype, tf32, device, a_shape, a_stride, b_shape, b_stride = key
