@@ -197,7 +197,7 @@ class Spool:
                 rows,
             )
             (depth,) = conn.execute("SELECT count(*) FROM runs").fetchone()
-            dropped = max(0, depth - self.max_runs)
+            dropped = max(0, int(depth) - self.max_runs)
             if dropped:
                 conn.execute(
                     "DELETE FROM runs WHERE seq IN (SELECT seq FROM runs ORDER BY seq LIMIT ?)",

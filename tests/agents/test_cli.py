@@ -4,7 +4,7 @@ import json
 
 from typer.testing import CliRunner
 
-from tps.cli import app
+from cli import app
 
 
 def test_probe_json_has_the_documented_fields(tmp_path, monkeypatch):

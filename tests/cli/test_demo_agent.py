@@ -9,9 +9,9 @@ from rich.console import Console
 from sqlalchemy.engine import make_url
 
 from services.profiler_api.db import scratch_database
-from services.profiler_api.demo import create_tokens, run_demo, start_database, start_service
+from tools.demo.service import create_tokens, run_demo, start_database, start_service
 from services.profiler_api.settings import Settings
-from tps.cli.demo_agent import AGENT_STEPS
+from cli.demo_agent import AGENT_STEPS
 
 
 def test_second_agent_is_steered_by_the_first_agents_runs(

@@ -8,8 +8,8 @@ from models.bundle import ModelBundle, checksum
 from models.sources import load_runs
 from tests.factories import OP, stencil_cache_file, stencil_configurations
 from tps.catalog import spec_for
-from tps.cli import app
-from tps.cli.model import write_jsonl
+from cli import app
+from cli.model import write_jsonl
 from tps.schemas import ProbeRun
 
 runner = CliRunner()

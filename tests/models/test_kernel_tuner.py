@@ -8,7 +8,7 @@ import pytest
 from models.kernel_tuner import KernelTunerImportError, import_cache, import_file, op_of
 from models.sources import load_runs
 from tps.catalog import resolve
-from tps.cli.model import push_runs, write_jsonl
+from cli.model import push_runs, write_jsonl
 
 
 def small_cache(device_name: str = "", *, kernel: str = "convolution_kernel") -> dict:
@@ -184,7 +184,7 @@ def test_push_sends_gzipped_batches_with_the_token(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_database_import_is_idempotent(tmp_path: Path, migrated_database_url: str) -> None:
-    from tps.cli.model import ingest_into_database
+    from cli.model import ingest_into_database
 
     run = import_file(write(tmp_path / "A6000.json", small_cache("")))
     first = ingest_into_database([run], database_url=migrated_database_url, org="kt-test")

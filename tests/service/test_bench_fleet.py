@@ -5,14 +5,14 @@ from __future__ import annotations
 import psycopg
 
 from services.profiler_api import migrate
-from services.profiler_api.bench_fleet import (
+from tools.bench.fleet import (
     FLEET_SOURCE,
     MAX_CANDIDATES,
     MIN_CANDIDATES,
     generate_fleet,
     sample_pairs,
 )
-from services.profiler_api.bench_train import fleet_tuning_data
+from tools.bench.train import fleet_tuning_data
 from services.profiler_api.db import libpq_url, scratch_database
 
 

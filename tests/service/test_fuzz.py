@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.profiler_api.fuzz import FuzzConfig, run_api_fuzz, unexplained
+from tools.fuzz import FuzzConfig, run_api_fuzz, unexplained
 
 pytestmark = pytest.mark.slow
 

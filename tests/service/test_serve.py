@@ -14,9 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from services.profiler_api.runner import free_port
+from tools.local_service import free_port
 
-TPS = [sys.executable, "-c", "from tps.cli import main; main()"]
+TPS = [sys.executable, "-c", "from cli import main; main()"]
 
 
 def _env(data_dir: Path) -> dict[str, str]:
@@ -106,7 +106,7 @@ def test_sigterm_stops_the_embedded_postgres_and_token_create_is_quiet(tmp_path:
 
 
 def test_a_killed_holder_does_not_keep_the_embedded_postgres_running(tmp_path: Path) -> None:
-    from services.profiler_api.db import forget_dead_handles
+    from tools.embedded_postgres import forget_dead_handles
 
     data_dir = tmp_path / "pgdata"
     data_dir.mkdir()

@@ -10,7 +10,7 @@ from rich.console import Console
 from sqlalchemy.engine import make_url
 
 from services.profiler_api.db import scratch_database
-from services.profiler_api.demo import (
+from tools.demo.service import (
     DemoFailed,
     create_tokens,
     run_demo,
@@ -18,7 +18,7 @@ from services.profiler_api.demo import (
     start_service,
 )
 from services.profiler_api.settings import Settings
-from services.profiler_api.training.demo import ModelDemo
+from tools.demo.model import ModelDemo
 from tests.factories import tuning_runs
 
 SERVICE_STEPS = [

@@ -9,7 +9,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.selectable import ScalarSelect
 
-from services.profiler_api.fleet.schemas import FleetStats, HardwareEntry
+from tps.schemas import FleetStats, HardwareEntry
 from services.profiler_api.orm import (
     Base,
     CandidateRow,

@@ -9,9 +9,9 @@ from typer.testing import CliRunner
 
 from agents.daemon.metrics import AgentMetrics
 from agents.daemon.spool import Spool
+from cli import app
 from tests.agents.daemon.conftest import gemm, make_run
 from tests.agents.daemon.harness import free_port
-from tps.cli import app
 
 runner = CliRunner()
 SECRET_FOR_CLI = "cli-test-deployment-secret"

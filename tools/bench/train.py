@@ -22,7 +22,7 @@ import pandas as pd
 
 from models.bundle import train_bundle
 from models.dataset import KEY_COLUMNS, TuningData, hardware_label
-from services.profiler_api.bench_fleet import (
+from tools.bench.fleet import (
     MAX_CANDIDATES,
     MIN_CANDIDATES,
     fleet_candidates,

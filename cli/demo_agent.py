@@ -6,7 +6,7 @@ import logging
 import shutil
 
 from services.profiler_api.auth.service import Role
-from services.profiler_api.demo import DemoContext, DemoStep
+from tools.demo.service import DemoContext, DemoStep
 from tps.problem import ProblemKey
 
 # A short shape list: decode and prefill projections, and the unaligned shapes where
@@ -36,7 +36,7 @@ def run_agents(ctx: DemoContext) -> None:
     The first agent has no priors for this hardware and probes every candidate. The second
     starts with an empty cache, asks the service for priors and probes only the shortlist.
     """
-    from agents.daemon.demo import run_agent_demo
+    from tools.demo.agent import run_agent_demo
     from agents.probe.settings import ProbeSettings
 
     # The progress bars say what the pusher's INFO lines would.

@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.logging import RichHandler
 
-from tps.cli import agent_daemon, agent_export, agent_probe, model, service
+from cli import agent_daemon, agent_export, agent_probe, model, service
 
 EXAMPLES = """TPS, the TunableOp Profiling Service: measured, fleet-wide GPU kernel selection.
 

@@ -44,13 +44,13 @@ class RoleName(StrEnum):
 
 
 def _database_url(url: str | None) -> str:
-    from services.profiler_api.db import resolve_database_url
+    from tools.embedded_postgres import database_url_or_embedded
     from services.profiler_api.settings import Settings
 
     settings = Settings()
     if url:
         settings = settings.model_copy(update={"database_url": url})
-    return resolve_database_url(settings)
+    return database_url_or_embedded(settings)
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -154,9 +154,9 @@ def demo(
       tps demo
       TPS_KERNEL_TUNER_DATA=~/kernel-tuner-caches tps demo --out ~/tps-demo
     """
-    from services.profiler_api.demo import DEMO_STEPS, DemoFailed, run_demo
-    from services.profiler_api.training.demo import ModelDemo
-    from tps.cli.demo_agent import AGENT_STEPS
+    from tools.demo.service import DEMO_STEPS, DemoFailed, run_demo
+    from tools.demo.model import ModelDemo
+    from cli.demo_agent import AGENT_STEPS
 
     titles = [title for title, _ in DEMO_STEPS]
     at = titles.index("read priors") + 1
@@ -335,7 +335,7 @@ def bench_ingest(
     """Time ingest over HTTP against a raw COPY of the same rows into the same tables."""
     if as_json:  # stdout carries the JSON object only
         logging.getLogger().setLevel(logging.WARNING)
-    from services.profiler_api.bench import IngestBenchConfig, run_ingest_bench
+    from tools.bench.ingest import IngestBenchConfig, run_ingest_bench
 
     config = IngestBenchConfig(
         runs=runs, clients=clients, batch_runs=batch_runs, workers=workers, gzip=gzip, seed=seed
@@ -371,7 +371,7 @@ def bench_priors(
     """Time GET/POST /v1/priors under a closed and an open loop, on a generated fleet."""
     if as_json:
         logging.getLogger().setLevel(logging.WARNING)
-    from services.profiler_api.bench_priors import PriorsBenchConfig, run_priors_bench
+    from tools.bench.priors import PriorsBenchConfig, run_priors_bench
 
     config = PriorsBenchConfig(
         measurements=measurements,
@@ -405,7 +405,7 @@ def bench_train(
     """Time training (both boosters and the shape families) on N generated rows."""
     if as_json:
         logging.getLogger().setLevel(logging.WARNING)
-    from services.profiler_api.bench_train import TrainBenchConfig, run_train_bench
+    from tools.bench.train import TrainBenchConfig, run_train_bench
 
     result = run_train_bench(TrainBenchConfig(rows=rows, dask_workers=dask_workers, seed=seed))
     if as_json:
@@ -423,7 +423,7 @@ def bench_sustained(
 ) -> None:
     """Measure the maximum ingest rate, hold half of it for ten minutes; print JSON."""
     logging.getLogger().setLevel(logging.WARNING)
-    from services.profiler_api.bench_sustained import SustainedConfig, run_sustained_bench
+    from tools.bench.sustained import SustainedConfig, run_sustained_bench
 
     config = SustainedConfig(
         duration_s=duration_s, fraction=fraction, workers=workers, clients=clients
@@ -442,7 +442,7 @@ def bench_fuzz(
 ) -> None:
     """Fuzz the API with Schemathesis (every check) as an agent and an admin; print JSON."""
     logging.getLogger().setLevel(logging.WARNING)
-    from services.profiler_api.fuzz import FuzzConfig, run_api_fuzz, unexplained
+    from tools.fuzz import FuzzConfig, run_api_fuzz, unexplained
 
     config = FuzzConfig(
         max_examples=max_examples, seed=seed, workers=workers, max_time_s=max_time_s
@@ -498,7 +498,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(token_app, name="token")
     bench_app.command("ingest")(bench_ingest)
     bench_app.command("priors")(bench_priors)
-    from tps.cli.bench_runtime import bench_runtime, bench_runtime_overhead
+    from cli.bench_runtime import bench_runtime, bench_runtime_overhead
 
     bench_app.command("runtime")(bench_runtime)
     bench_app.command("runtime-overhead")(bench_runtime_overhead)

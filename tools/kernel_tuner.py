@@ -19,7 +19,7 @@ from tps.catalog import UnknownHardwareError, normalise_name, resolve
 from tps.errors import TPSError
 from tps.schemas import ProbeRun, ProbeRunBatch
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 # Five GPUs, two kernels, MIT (see its README.md and LICENSE).
 SHIPPED_DATASET = REPO_ROOT / "benchmarks" / "data" / "kernel_tuner"
 DEFAULT_HOLDOUT = "W7800"

@@ -85,7 +85,7 @@ def run_summary(runs: list[ProbeRun], daemon: AgentDaemon) -> Table:
     """Return a table of the runs probed: the winner and its speedup, whether priors steered."""
     from rich.table import Table
 
-    from tps.cli.agent_probe import summary
+    from cli.agent_probe import summary
 
     def winner_label(run: ProbeRun) -> str:
         labels = {m.candidate.id: m.candidate.label() for m in run.measurements}

@@ -23,8 +23,9 @@ from sqlalchemy.orm import Session
 from models.sources import read_probe_runs_jsonl
 from services.profiler_api import migrate
 from services.profiler_api.auth.service import Role, create_token
-from services.profiler_api.db import make_engine, recreate_database, resolve_database_url
-from services.profiler_api.runner import quiet_client_logs, running_service
+from services.profiler_api.db import make_engine, recreate_database
+from tools.embedded_postgres import database_url_or_embedded
+from tools.local_service import quiet_client_logs, running_service
 from services.profiler_api.settings import Settings
 from tps.errors import TPSError
 from tps.schemas import Prior, ProbeRun, ProbeRunBatch
@@ -68,7 +69,7 @@ class DemoFailed(TPSError):
 
 def start_database(ctx: DemoContext) -> None:
     """Make the demo's own database on TPS_DATABASE_URL's server or the embedded one."""
-    server_url = resolve_database_url(ctx.settings)
+    server_url = database_url_or_embedded(ctx.settings)
     try:
         ctx.database_url = recreate_database(server_url, ctx.database_name)
     except (psycopg.Error, ValueError) as exc:

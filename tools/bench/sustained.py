@@ -22,11 +22,11 @@ from sqlalchemy.orm import Session
 
 from services.profiler_api import migrate
 from services.profiler_api.auth.service import Role, create_token
-from services.profiler_api.bench import time_http_ingest
+from tools.bench.ingest import time_http_ingest
 from services.profiler_api.db import libpq_url, make_engine, scratch_database
-from services.profiler_api.runner import quiet_client_logs, running_service
+from tools.local_service import quiet_client_logs, running_service
 from services.profiler_api.settings import Settings
-from services.profiler_api.synthetic import FleetSimulator
+from tools.synthetic import FleetSimulator
 from tps.schemas import ProbeRunBatch
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 
 from services.profiler_api.ingest import repository
-from services.profiler_api.synthetic import gemm_candidates, gemm_problems
+from tools.synthetic import gemm_candidates, gemm_problems
 from tps.candidate import Candidate
 from tps.catalog import CATALOG
 from tps.hardware import SOFTWARE_FIELDS, HardwareSpec

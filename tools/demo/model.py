@@ -22,9 +22,9 @@ from models.plots import plot_score_at_k
 from models.policy import DEFAULT_POLICY
 from services.profiler_api.auth.service import Role
 from services.profiler_api.db import make_engine
-from services.profiler_api.demo import DemoContext, DemoFailed, DemoStep
+from tools.demo.service import DemoContext, DemoFailed, DemoStep
 from services.profiler_api.registry import repository as registry
-from services.profiler_api.training.kernel_tuner import (
+from tools.kernel_tuner import (
     DEFAULT_HOLDOUT,
     SplitRuns,
     find_dataset,

@@ -29,9 +29,9 @@ from services.profiler_api.auth.service import Role, create_token
 from services.profiler_api.db import libpq_url, make_engine, scratch_database
 from services.profiler_api.ingest import repository
 from services.profiler_api.ingest.plan import IngestPlan
-from services.profiler_api.runner import quiet_client_logs, running_service
+from tools.local_service import quiet_client_logs, running_service
 from services.profiler_api.settings import Settings
-from services.profiler_api.synthetic import FleetSimulator
+from tools.synthetic import FleetSimulator
 from tps.schemas import ProbeRun, ProbeRunBatch
 
 

@@ -22,13 +22,14 @@ def embedded_service() -> Iterator[tuple[str, str]]:
 
     from services.profiler_api import migrate
     from services.profiler_api.auth.service import Role, create_token
-    from services.profiler_api.db import make_engine, resolve_database_url, scratch_database
-    from services.profiler_api.runner import quiet_client_logs, running_service
+    from services.profiler_api.db import make_engine, scratch_database
+    from tools.embedded_postgres import database_url_or_embedded
+    from tools.local_service import quiet_client_logs, running_service
     from services.profiler_api.settings import Settings
 
     quiet_client_logs()
     settings = Settings()
-    with scratch_database(resolve_database_url(settings), prefix="tps_bench_runtime") as url:
+    with scratch_database(database_url_or_embedded(settings), prefix="tps_bench_runtime") as url:
         migrate.upgrade(url)
         engine = make_engine(url, settings)
         with Session(engine) as session, session.begin():
@@ -57,8 +58,8 @@ def bench_runtime(
     import logging
     from contextlib import nullcontext
 
-    from agents.runtime.bench import CASES, MODELS, run_case
-    from agents.runtime.bench import as_json as to_json
+    from tools.bench.runtime import CASES, MODELS, run_case
+    from tools.bench.runtime import as_json as to_json
 
     logging.getLogger("agents.runtime").setLevel(logging.WARNING)
     for name in model:
@@ -104,7 +105,7 @@ def bench_runtime_overhead(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Host time per call that the runtime adds to a miss and to a hit (µs)."""
-    from agents.runtime.bench import measure_overhead
+    from tools.bench.runtime import measure_overhead
 
     result = measure_overhead(device)
     if as_json:

@@ -39,15 +39,15 @@ from sqlalchemy.orm import Session
 from services.profiler_api import loadgen, migrate
 from services.profiler_api.auth.repository import upsert_organisation
 from services.profiler_api.auth.service import Role, create_token
-from services.profiler_api.bench_fleet import generate_fleet, sample_pairs
+from tools.bench.fleet import generate_fleet, sample_pairs
 from services.profiler_api.db import libpq_url, make_engine, scratch_database
-from services.profiler_api.loadgen import Call, LoadResult
+from tools.bench.loadgen import Call, LoadResult
 from services.profiler_api.orm import ModelVersion
 from services.profiler_api.registry import repository as registry
-from services.profiler_api.runner import quiet_client_logs, running_service
+from tools.local_service import quiet_client_logs, running_service
 from services.profiler_api.settings import Settings
-from services.profiler_api.synthetic import FleetSimulator
-from services.profiler_api.training.kernel_tuner import find_dataset, load_split, push_runs, retrain
+from tools.synthetic import FleetSimulator
+from tools.kernel_tuner import find_dataset, load_split, push_runs, retrain
 from tps import __version__
 from tps.errors import TPSError
 from tps.schemas import ProbeRunBatch

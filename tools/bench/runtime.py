@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger("agents.runtime.bench")
+log = logging.getLogger("tools.bench.runtime")
 
 MODELS = ("gpt2-medium", "llama3-8b-8l", "opt-350m")
 # name -> (batch, tokens) of one forward without a KV cache.
