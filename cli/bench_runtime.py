@@ -23,9 +23,9 @@ def embedded_service() -> Iterator[tuple[str, str]]:
     from services.profiler_api import migrate
     from services.profiler_api.auth.service import Role, create_token
     from services.profiler_api.db import make_engine, scratch_database
+    from services.profiler_api.settings import Settings
     from tools.embedded_postgres import database_url_or_embedded
     from tools.local_service import quiet_client_logs, running_service
-    from services.profiler_api.settings import Settings
 
     quiet_client_logs()
     settings = Settings()

@@ -36,8 +36,8 @@ def run_agents(ctx: DemoContext) -> None:
     The first agent has no priors for this hardware and probes every candidate. The second
     starts with an empty cache, asks the service for priors and probes only the shortlist.
     """
-    from tools.demo.agent import run_agent_demo
     from agents.probe.settings import ProbeSettings
+    from tools.demo.agent import run_agent_demo
 
     # The progress bars say what the pusher's INFO lines would.
     logging.getLogger("agents").setLevel(logging.WARNING)

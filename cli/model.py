@@ -24,9 +24,6 @@ if TYPE_CHECKING:
 console = Console()
 log = logging.getLogger(__name__)
 
-# The service refuses bodies over 32 MiB once inflated; stay well under it.
-PUSH_BATCH_BYTES = 16 * 1024 * 1024
-
 DataPaths = Annotated[
     list[Path],
     typer.Option(
@@ -48,25 +45,6 @@ def model_params(n_estimators: int | None, threads: int | None) -> dict[str, int
     return {k: v for k, v in params.items() if v is not None} or None
 
 
-def _batches(runs: list[ProbeRun]) -> list[bytes]:
-    """Encode runs as ProbeRunBatch JSON bodies of at most PUSH_BATCH_BYTES each."""
-    from tps.schemas import MAX_BATCH_RUNS
-
-    bodies: list[bytes] = []
-    current: list[str] = []
-    size = 0
-    for run in runs:
-        encoded = run.model_dump_json()
-        if current and (size + len(encoded) > PUSH_BATCH_BYTES or len(current) >= MAX_BATCH_RUNS):
-            bodies.append(('{"runs":[' + ",".join(current) + "]}").encode())
-            current, size = [], 0
-        current.append(encoded)
-        size += len(encoded)
-    if current:
-        bodies.append(('{"runs":[' + ",".join(current) + "]}").encode())
-    return bodies
-
-
 def push_runs(
     runs: list[ProbeRun],
     *,
@@ -74,28 +52,15 @@ def push_runs(
     token: str,
     timeout_s: float = 120.0,
     transport: httpx.BaseTransport | None = None,
-) -> dict:
-    """POST runs to the service's /v1/probe-runs in gzipped batches; return summed counts."""
-    import httpx
+) -> IngestResult:
+    """Push runs to the service in gzipped batches within its limits; return the summed result."""
+    from client import ClientError, ServiceClient
 
-    totals = {"accepted": 0, "duplicates": 0, "measurements": 0}
-    endpoint = url.rstrip("/") + "/v1/probe-runs"
-    headers = {
-        "Authorization": f"Bearer {token}",
-        "Content-Type": "application/json",
-        "Content-Encoding": "gzip",
-    }
-    with httpx.Client(timeout=timeout_s, transport=transport) as client:
-        for body in _batches(runs):
-            response = client.post(endpoint, content=gzip.compress(body, 5), headers=headers)
-            if response.status_code >= 400:
-                raise typer.BadParameter(
-                    f"{endpoint} answered {response.status_code}: {response.text[:500]}"
-                )
-            result = response.json()
-            for key in totals:
-                totals[key] += int(result.get(key, 0))
-    return totals
+    with ServiceClient.connect(url, token=token, timeout_s=timeout_s, transport=transport) as tps:
+        try:
+            return tps.push(runs)
+        except ClientError as exc:
+            raise typer.BadParameter(str(exc)) from exc
 
 
 def ingest_into_database(runs: list[ProbeRun], *, database_url: str, org: str) -> IngestResult:
@@ -248,7 +213,8 @@ def import_kernel_tuner(
         write_jsonl(runs, out)
         console.print(f"wrote {len(runs)} runs to {out}")
     if push:
-        totals = push_runs(runs, url=push, token=token or "")
+        pushed = push_runs(runs, url=push, token=token or "")
+        totals = pushed.model_dump(include={"accepted", "duplicates", "measurements"})
         console.print(f"pushed to {push}: {totals}")
     if database_url:
         result = ingest_into_database(runs, database_url=database_url, org=org)

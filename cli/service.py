@@ -44,13 +44,21 @@ class RoleName(StrEnum):
 
 
 def _database_url(url: str | None) -> str:
-    from tools.embedded_postgres import database_url_or_embedded
+    from services.profiler_api.db import sqlalchemy_url
     from services.profiler_api.settings import Settings
+    from tps.errors import TPSError
 
     settings = Settings()
-    if url:
-        settings = settings.model_copy(update={"database_url": url})
-    return database_url_or_embedded(settings)
+    if url or settings.database_url:
+        return sqlalchemy_url(url or settings.database_url or "")
+    try:
+        from tools.embedded_postgres import start_embedded
+    except ModuleNotFoundError as exc:  # an image carries the service, never the tools
+        raise TPSError(
+            "TPS_DATABASE_URL is unset and the embedded Postgres is not installed: "
+            "set TPS_DATABASE_URL, or run from a checkout with pip install -e '.[local]'"
+        ) from exc
+    return start_embedded(settings.data_dir)
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -154,9 +162,9 @@ def demo(
       tps demo
       TPS_KERNEL_TUNER_DATA=~/kernel-tuner-caches tps demo --out ~/tps-demo
     """
-    from tools.demo.service import DEMO_STEPS, DemoFailed, run_demo
-    from tools.demo.model import ModelDemo
     from cli.demo_agent import AGENT_STEPS
+    from tools.demo.model import ModelDemo
+    from tools.demo.service import DEMO_STEPS, DemoFailed, run_demo
 
     titles = [title for title, _ in DEMO_STEPS]
     at = titles.index("read priors") + 1

@@ -22,8 +22,8 @@ from sqlalchemy.orm import Session
 from services.profiler_api import migrate
 from services.profiler_api.auth.service import Role, create_token
 from services.profiler_api.db import make_engine, scratch_database
-from tools.local_service import running_service
 from services.profiler_api.settings import Settings
+from tools.local_service import running_service
 from tps.errors import TPSError
 
 # A batch of more runs than allowed is refused with 413 (documented), not 422.

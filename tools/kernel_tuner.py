@@ -1,33 +1,29 @@
 """The Kernel Tuner data through the service: import, push, retrain (demo and bench).
 
+The data comes from a directory named by the caller or by TPS_KERNEL_TUNER_DATA; the copy
+shipped in the checkout's benchmarks/data/ is the default of a checkout only.
+
 One GPU is kept out of everything the service sees, so that its priors are a true test:
 the service never trained on it, and its own measurements give each candidate's true rank.
 """
 
 from __future__ import annotations
 
-import gzip
-import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
+from client import ServiceClient
 from models.sources import load_runs
 from tps.catalog import UnknownHardwareError, normalise_name, resolve
 from tps.errors import TPSError
-from tps.schemas import ProbeRun, ProbeRunBatch
+from tps.schemas import IngestResult, Job, ProbeRun
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Five GPUs, two kernels, MIT (see its README.md and LICENSE).
 SHIPPED_DATASET = REPO_ROOT / "benchmarks" / "data" / "kernel_tuner"
 DEFAULT_HOLDOUT = "W7800"
-TERMINAL = ("succeeded", "rejected", "failed")
-
-
-class JobTimeout(TPSError):
-    """A training job that did not finish in time."""
 
 
 class DatasetMissingError(TPSError):
@@ -73,37 +69,18 @@ def load_split(path: Path, *, holdout: str = DEFAULT_HOLDOUT) -> SplitRuns:
     return SplitRuns(train=train, heldout=heldout, holdout_name=heldout[0].hardware.name)
 
 
-def push_runs(client: httpx.Client, runs: list[ProbeRun]) -> dict[str, int]:
-    """POST runs one per request (a cache file is up to 20 000 measurements), gzipped."""
-    totals = {"accepted": 0, "duplicates": 0, "measurements": 0}
-    for run in runs:
-        body = gzip.compress(ProbeRunBatch(runs=[run]).model_dump_json().encode(), 3)
-        response = client.post(
-            "/v1/probe-runs",
-            content=body,
-            headers={"Content-Encoding": "gzip", "Content-Type": "application/json"},
-        )
-        response.raise_for_status()
-        for key in totals:
-            totals[key] += int(response.json()[key])
-    return totals
+def push_runs(service: ServiceClient, runs: Sequence[ProbeRun]) -> IngestResult:
+    """Push runs one per request (a cache file is up to 20 000 measurements), gzipped."""
+    return service.push(runs, max_runs=1)
 
 
 def retrain(
-    admin: httpx.Client,
-    params: dict[str, Any],
+    admin: ServiceClient,
+    params: Mapping[str, Any],
     *,
     timeout_s: float = 600.0,
     poll_s: float = 0.5,
-) -> dict[str, Any]:
+) -> Job:
     """Queue a retrain through the admin endpoint and wait for the job to end; return it."""
-    response = admin.post("/v1/admin/retrain", json=params)
-    response.raise_for_status()
-    url = response.json()["status_url"]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        job = admin.get(url).json()
-        if job["state"] in TERMINAL:
-            return job
-        time.sleep(poll_s)
-    raise JobTimeout(f"training job {url} not done after {timeout_s:.0f} s")
+    accepted = admin.retrain(params)
+    return admin.wait_for_job(accepted.job_id, timeout_s=timeout_s, poll_s=poll_s)

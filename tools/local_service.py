@@ -15,8 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
+from client import ClientError, ServiceClient
 from services.profiler_api.metrics import MULTIPROC_ENV, multiprocess_env
 from services.profiler_api.server import PROTOCOL
 from tps.errors import TPSError
@@ -57,16 +56,16 @@ class RunningService:
 def _wait_ready(
     process: subprocess.Popen[bytes], base_url: str, log_path: Path, deadline: float
 ) -> None:
-    with httpx.Client(timeout=2.0) as client:
+    with ServiceClient.connect(base_url, timeout_s=2.0) as client:
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 raise ServiceStartError(
                     f"service exited with {process.returncode}:\n{log_path.read_text()[-4000:]}"
                 )
             try:
-                if client.get(f"{base_url}/readyz").status_code == 200:
-                    return
-            except httpx.TransportError:
+                client.ready()
+                return
+            except ClientError:
                 pass
             time.sleep(0.05)
     raise ServiceStartError(f"service not ready in time:\n{log_path.read_text()[-4000:]}")

@@ -8,10 +8,10 @@ from pathlib import Path
 from rich.console import Console
 from sqlalchemy.engine import make_url
 
-from services.profiler_api.db import scratch_database
-from tools.demo.service import create_tokens, run_demo, start_database, start_service
-from services.profiler_api.settings import Settings
 from cli.demo_agent import AGENT_STEPS
+from services.profiler_api.db import scratch_database
+from services.profiler_api.settings import Settings
+from tools.demo.service import create_tokens, run_demo, start_database, start_service
 
 
 def test_second_agent_is_steered_by_the_first_agents_runs(

@@ -4,12 +4,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from cli import app
+from cli.model import write_jsonl
 from models.bundle import ModelBundle, checksum
 from models.sources import load_runs
 from tests.factories import OP, stencil_cache_file, stencil_configurations
 from tps.catalog import spec_for
-from cli import app
-from cli.model import write_jsonl
 from tps.schemas import ProbeRun
 
 runner = CliRunner()

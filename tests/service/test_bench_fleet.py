@@ -5,6 +5,7 @@ from __future__ import annotations
 import psycopg
 
 from services.profiler_api import migrate
+from services.profiler_api.db import libpq_url, scratch_database
 from tools.bench.fleet import (
     FLEET_SOURCE,
     MAX_CANDIDATES,
@@ -13,7 +14,6 @@ from tools.bench.fleet import (
     sample_pairs,
 )
 from tools.bench.train import fleet_tuning_data
-from services.profiler_api.db import libpq_url, scratch_database
 
 
 def test_the_generated_fleet_is_labelled_bounded_and_aggregated(postgres_server_url: str) -> None:

@@ -11,12 +11,12 @@ from rich.console import Console
 from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
-from models.sources import read_probe_runs_jsonl
-from tools.bench.ingest import IngestBenchConfig, run_ingest_bench
-from services.profiler_api.db import scratch_database
-from tools.demo.service import H200_DATASET, run_demo
-from services.profiler_api.settings import Settings
 from cli import app
+from models.sources import read_probe_runs_jsonl
+from services.profiler_api.db import scratch_database
+from services.profiler_api.settings import Settings
+from tools.bench.ingest import IngestBenchConfig, run_ingest_bench
+from tools.demo.service import H200_DATASET, run_demo
 
 
 def test_db_current_reports_the_head(migrated_database_url: str) -> None:

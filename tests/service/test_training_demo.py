@@ -10,6 +10,9 @@ from rich.console import Console
 from sqlalchemy.engine import make_url
 
 from services.profiler_api.db import scratch_database
+from services.profiler_api.settings import Settings
+from tests.factories import tuning_runs
+from tools.demo.model import ModelDemo
 from tools.demo.service import (
     DemoFailed,
     create_tokens,
@@ -17,9 +20,6 @@ from tools.demo.service import (
     start_database,
     start_service,
 )
-from services.profiler_api.settings import Settings
-from tools.demo.model import ModelDemo
-from tests.factories import tuning_runs
 
 SERVICE_STEPS = [
     ("start Postgres", start_database),
@@ -49,8 +49,8 @@ def test_model_demo_runs_twice_on_the_same_server(postgres_server_url: str, tmp_
             assert f"database '{name}' made afresh" in text, attempt
             assert f"pushed {len(runs) - 1} Kernel Tuner runs" in text, attempt
             assert "kept AMD Radeon PRO W7800 aside" in text
-            assert demo.job["state"] == "succeeded", demo.job
-            assert demo.job["model_version"] == 1, attempt  # a lineage of its own, every run
+            assert demo.job is not None and demo.job.state == "succeeded", demo.job
+            assert demo.job.model_version == 1, attempt  # a lineage of its own, every run
             assert "true ranks among 48 valid configurations" in text
             assert "source: model" in text or "source: nearest" in text
             assert demo.plot_written == tmp_path / "out" / "score_at_k.png"

@@ -18,19 +18,19 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
 import psycopg
 from rich.console import Console
 from sqlalchemy.orm import Session
 
+from client import ClientError, ServiceClient
 from services.profiler_api import migrate
 from services.profiler_api.auth.repository import upsert_organisation
 from services.profiler_api.auth.service import Role, create_token
 from services.profiler_api.db import libpq_url, make_engine, scratch_database
 from services.profiler_api.ingest import repository
 from services.profiler_api.ingest.plan import IngestPlan
-from tools.local_service import quiet_client_logs, running_service
 from services.profiler_api.settings import Settings
+from tools.local_service import quiet_client_logs, running_service
 from tools.synthetic import FleetSimulator
 from tps.schemas import ProbeRun, ProbeRunBatch
 
@@ -84,20 +84,18 @@ def time_http_ingest(
     for body in bodies:
         work.put(body)
     failures: list[str] = []
-    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-    if gzip:
-        headers["Content-Encoding"] = "gzip"
 
     def client() -> None:
-        with httpx.Client(base_url=base_url, headers=headers, timeout=120.0) as http:
+        with ServiceClient.connect(base_url, token=token, timeout_s=120.0) as tps:
             while True:
                 try:
                     body = work.get_nowait()
                 except queue.Empty:
                     return
-                response = http.post("/v1/probe-runs", content=body)
-                if response.status_code != 200:
-                    failures.append(f"{response.status_code}: {response.text[:500]}")
+                try:
+                    tps.push_body(body, gzipped=gzip)
+                except ClientError as exc:
+                    failures.append(str(exc))
 
     threads = [threading.Thread(target=client) for _ in range(clients)]
     started = time.perf_counter()

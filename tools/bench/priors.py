@@ -30,24 +30,25 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-import httpx
 import platformdirs
 import psycopg
 from rich.console import Console
 from sqlalchemy.orm import Session
 
-from services.profiler_api import loadgen, migrate
+from client import ClientError, ServiceClient
+from services.profiler_api import migrate
 from services.profiler_api.auth.repository import upsert_organisation
 from services.profiler_api.auth.service import Role, create_token
-from tools.bench.fleet import generate_fleet, sample_pairs
 from services.profiler_api.db import libpq_url, make_engine, scratch_database
-from tools.bench.loadgen import Call, LoadResult
 from services.profiler_api.orm import ModelVersion
 from services.profiler_api.registry import repository as registry
-from tools.local_service import quiet_client_logs, running_service
 from services.profiler_api.settings import Settings
-from tools.synthetic import FleetSimulator
+from tools.bench import loadgen
+from tools.bench.fleet import generate_fleet, sample_pairs
+from tools.bench.loadgen import Call, LoadResult
 from tools.kernel_tuner import find_dataset, load_split, push_runs, retrain
+from tools.local_service import quiet_client_logs, running_service
+from tools.synthetic import FleetSimulator
 from tps import __version__
 from tps.errors import TPSError
 from tps.schemas import ProbeRunBatch
@@ -181,10 +182,9 @@ class IngestPacer:
         return self.sent_measurements / self.elapsed_s if self.elapsed_s else 0.0
 
     def _run(self) -> None:
-        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
         started = time.perf_counter()
         offered = 0  # measurements sent so far, answered or not: the schedule
-        with httpx.Client(base_url=self.base_url, headers=headers, timeout=60.0) as http:
+        with ServiceClient.connect(self.base_url, token=self.token, timeout_s=60.0) as tps:
             for body, measurements in self._bodies:
                 due = started + offered / self.per_s
                 # Pushes that stall past the window end it too, not only the schedule.
@@ -193,12 +193,9 @@ class IngestPacer:
                 time.sleep(max(0.0, due - time.perf_counter()))
                 offered += measurements
                 try:
-                    response = http.post("/v1/probe-runs", content=body)
-                except httpx.HTTPError as exc:  # counted, and the pace goes on
-                    self.errors.append(repr(exc))
-                    continue
-                if response.status_code != 200:
-                    self.errors.append(f"{response.status_code}: {response.text[:300]}")
+                    tps.push_body(body)
+                except ClientError as exc:  # counted, and the pace goes on
+                    self.errors.append(str(exc))
                     continue
                 self.sent_measurements += measurements
         self.elapsed_s = time.perf_counter() - started
@@ -254,11 +251,11 @@ def run_priors_bench(
         env = {"TPS_TRAINING_THREADS": "1"}
         with running_service(url, workers=config.workers, env=env) as service:
             headers = {"Authorization": f"Bearer {tokens[Role.AGENT]}"}
-            agent = httpx.Client(base_url=service.base_url, headers=headers, timeout=120.0)
-            admin = httpx.Client(
-                base_url=service.base_url,
-                headers={"Authorization": f"Bearer {tokens[Role.ADMIN]}"},
-                timeout=600.0,
+            agent = ServiceClient.connect(
+                service.base_url, token=tokens[Role.AGENT], timeout_s=120.0
+            )
+            admin = ServiceClient.connect(
+                service.base_url, token=tokens[Role.ADMIN], timeout_s=600.0
             )
             with agent, admin:
                 say(f"pushing {len(split.train)} Kernel Tuner runs")
@@ -278,15 +275,15 @@ def run_priors_bench(
                         },
                         timeout_s=RETRAIN_TIMEOUT_S,
                     )
-                    if job["state"] != "succeeded":
-                        raise TPSError(f"training job {job['state']}: {job['error']}")
-                    model_version, reports = job["model_version"], job["metrics"]["reports"]
+                    if job.state != "succeeded" or job.model_version is None:
+                        raise TPSError(f"training job {job.state}: {job.error}")
+                    model_version = job.model_version
+                    reports = (job.metrics or {})["reports"]
                     _save_model(url, model_file)
-            stats_s = []
-            with httpx.Client(base_url=service.base_url, headers=headers) as client:
+                stats_s = []
                 for _ in range(21):
                     started = time.perf_counter()
-                    client.get("/v1/stats").raise_for_status()
+                    agent.request("GET", "/v1/stats")
                     stats_s.append(time.perf_counter() - started)
             observed = _observed_calls(pairs, config.limit)
             model = _model_calls(split, config)

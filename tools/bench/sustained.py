@@ -14,18 +14,18 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
 import psutil
 import psycopg
 from rich.console import Console
 from sqlalchemy.orm import Session
 
+from client import ClientError, ServiceClient
 from services.profiler_api import migrate
 from services.profiler_api.auth.service import Role, create_token
-from tools.bench.ingest import time_http_ingest
 from services.profiler_api.db import libpq_url, make_engine, scratch_database
-from tools.local_service import quiet_client_logs, running_service
 from services.profiler_api.settings import Settings
+from tools.bench.ingest import time_http_ingest
+from tools.local_service import quiet_client_logs, running_service
 from tools.synthetic import FleetSimulator
 from tps.schemas import ProbeRunBatch
 
@@ -76,10 +76,9 @@ def _sustain(
     errors: list[str] = []
     latencies: list[float] = []
     pushed = [0, 0]  # batches, measurements
-    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
 
     def client() -> None:
-        with httpx.Client(base_url=base_url, headers=headers, timeout=60.0) as http:
+        with ServiceClient.connect(base_url, token=token, timeout_s=60.0) as tps:
             while True:
                 with slot_lock:
                     at = started + next(slots) * interval
@@ -89,10 +88,9 @@ def _sustain(
                 time.sleep(max(0.0, at - time.monotonic()))  # open loop: keep the schedule
                 sent = time.monotonic()
                 try:
-                    response = http.post("/v1/probe-runs", content=body)
-                    ok = response.status_code == 200
-                    detail = f"{response.status_code}: {response.text[:200]}"
-                except httpx.HTTPError as exc:
+                    tps.push_body(body)
+                    ok, detail = True, ""
+                except ClientError as exc:
                     ok, detail = False, f"{type(exc).__name__}: {exc}"
                 latencies.append(time.monotonic() - sent)
                 with slot_lock:

@@ -7,7 +7,7 @@ kept aside, give the true rank of each candidate the priors endpoint proposes.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +22,8 @@ from models.plots import plot_score_at_k
 from models.policy import DEFAULT_POLICY
 from services.profiler_api.auth.service import Role
 from services.profiler_api.db import make_engine
-from tools.demo.service import DemoContext, DemoFailed, DemoStep
 from services.profiler_api.registry import repository as registry
+from tools.demo.service import DemoContext, DemoFailed, DemoStep
 from tools.kernel_tuner import (
     DEFAULT_HOLDOUT,
     SplitRuns,
@@ -33,7 +33,7 @@ from tools.kernel_tuner import (
     retrain,
 )
 from tps.catalog import resolve
-from tps.schemas import Prior, ProbeRun
+from tps.schemas import Job, Prior, ProbeRun
 
 # Sized for a 2-core box: a random 500 of each kernel's configurations, 100 trees.
 DEMO_TRAINING = {"max_candidates": 500, "n_estimators": 100}
@@ -49,7 +49,7 @@ class ModelDemo:
     plot_path: Path | None = None  # default: score_at_k.png in the demo's output folder
     split: SplitRuns | None = None
     plot_written: Path | None = None
-    job: dict[str, Any] = field(default_factory=dict)
+    job: Job | None = None
 
     def steps(self) -> list[tuple[str, DemoStep]]:
         return [
@@ -67,7 +67,7 @@ class ModelDemo:
         gpus = sorted({run.hardware.name for run in self.split.train})
         ctx.console.print(
             f"pushed {len(self.split.train)} Kernel Tuner runs from {path} "
-            f"({totals['measurements']} measurements; GPUs: {', '.join(gpus)}); "
+            f"({totals.measurements} measurements; GPUs: {', '.join(gpus)}); "
             f"kept {self.split.holdout_name} aside"
         )
 
@@ -77,23 +77,23 @@ class ModelDemo:
         return self.split
 
     def _trained(self) -> tuple[SplitRuns, int]:
-        if self.job.get("state") != "succeeded":
+        if self.job is None or self.job.state != "succeeded" or self.job.model_version is None:
             raise DemoFailed("no model: the retrain step did not succeed")
-        return self._imported(), int(self.job["model_version"])
+        return self._imported(), self.job.model_version
 
     def retrain(self, ctx: DemoContext) -> None:
         ops = sorted({run.problem.op for run in self._imported().train})
         with ctx.client(Role.ADMIN) as admin:
-            self.job = retrain(admin, {"ops": ops, **DEMO_TRAINING})
-        if self.job["state"] != "succeeded":
-            raise DemoFailed(f"training job {self.job['state']}: {self.job['error']}")
+            job = self.job = retrain(admin, {"ops": ops, **DEMO_TRAINING})
+        if job.state != "succeeded":
+            raise DemoFailed(f"training job {job.state}: {job.error}")
         table = Table(
-            title=f"job {self.job['id']}: model v{self.job['model_version']} active",
+            title=f"job {job.id}: model v{job.model_version} active",
             caption="held-out evaluation inside the job (quality gate); score@1 / score@5",
         )
         for column in ("op", "held out", "model", "served policy", "nearest GPU", "random"):
             table.add_column(column)
-        for report in self.job["metrics"]["reports"]:
+        for report in (job.metrics or {}).get("reports", []):
             table.add_row(
                 report["op"],
                 report["holdout"],
@@ -109,16 +109,8 @@ class ModelDemo:
         spec = resolve(self.holdout)  # the catalog's datasheet figures: all a new GPU brings
         with ctx.client() as client:
             for run in split.heldout:
-                response = client.post(
-                    "/v1/priors",
-                    json={
-                        "hardware": spec.model_dump(mode="json"),
-                        "problem": run.problem.model_dump(mode="json"),
-                        "limit": SHOWN,
-                    },
-                )
-                response.raise_for_status()
-                ctx.console.print(_truth_table(Prior.model_validate(response.json()), run))
+                prior = client.prior(spec, run.problem, limit=SHOWN)
+                ctx.console.print(_truth_table(prior, run))
 
     def plot(self, ctx: DemoContext) -> None:
         split, version = self._trained()

@@ -8,27 +8,26 @@ whatever else that server holds, its organisation, runs and model lineage are th
 
 from __future__ import annotations
 
-import gzip
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 import psycopg
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy.orm import Session
 
+from client import ServiceClient
 from models.sources import read_probe_runs_jsonl
 from services.profiler_api import migrate
 from services.profiler_api.auth.service import Role, create_token
 from services.profiler_api.db import make_engine, recreate_database
+from services.profiler_api.settings import Settings
 from tools.embedded_postgres import database_url_or_embedded
 from tools.local_service import quiet_client_logs, running_service
-from services.profiler_api.settings import Settings
 from tps.errors import TPSError
-from tps.schemas import Prior, ProbeRun, ProbeRunBatch
+from tps.schemas import Prior, ProbeRun
 
 DEMO_ORG = "demo"
 DEMO_DATABASE = "tps_demo"
@@ -53,10 +52,11 @@ class DemoContext:
     runs: list[ProbeRun] = field(default_factory=list)
 
     @contextmanager
-    def client(self, role: Role = Role.AGENT) -> Iterator[httpx.Client]:
-        """Yield an HTTP client of the running service with the token of `role`."""
-        headers = {"Authorization": f"Bearer {self.tokens[role]}"}
-        with httpx.Client(base_url=self.base_url, headers=headers, timeout=60.0) as client:
+    def client(self, role: Role = Role.AGENT) -> Iterator[ServiceClient]:
+        """Yield a client of the running service with the token of `role`."""
+        with ServiceClient.connect(
+            self.base_url, token=self.tokens[role], timeout_s=60.0
+        ) as client:
             yield client
 
 
@@ -113,23 +113,12 @@ def push_probe_runs(ctx: DemoContext) -> None:
     if not H200_DATASET.is_file():
         raise DemoFailed(f"no measured dataset at {H200_DATASET} (shipped with the checkout)")
     ctx.runs = list(read_probe_runs_jsonl(H200_DATASET))
-    accepted = duplicates = measurements = 0
     with ctx.client() as client:
-        for start in range(0, len(ctx.runs), DEMO_BATCH):
-            batch = ProbeRunBatch(runs=ctx.runs[start : start + DEMO_BATCH])
-            response = client.post(
-                "/v1/probe-runs",
-                content=gzip.compress(batch.model_dump_json().encode(), 5),
-                headers={"Content-Encoding": "gzip", "Content-Type": "application/json"},
-            )
-            response.raise_for_status()
-            result = response.json()
-            accepted += result["accepted"]
-            duplicates += result["duplicates"]
-            measurements += result["measurements"]
+        result = client.push(ctx.runs, max_runs=DEMO_BATCH)
     ctx.console.print(
         f"pushed {len(ctx.runs)} probe runs measured on an H200 ({H200_DATASET.name}): "
-        f"{accepted} accepted ({measurements} measurements), {duplicates} duplicates"
+        f"{result.accepted} accepted ({result.measurements} measurements), "
+        f"{result.duplicates} duplicates"
     )
 
 
@@ -141,21 +130,17 @@ def read_priors(ctx: DemoContext) -> None:
     pairs = sorted(seen.items(), key=lambda item: -len(item[1]))[:3]
     with ctx.client() as client:
         for (fingerprint, problem_hash), runs in pairs:
-            response = client.get(
-                "/v1/priors",
-                params={"hardware_id": fingerprint, "problem": problem_hash, "limit": 5},
-            )
-            response.raise_for_status()
-            ctx.console.print(_prior_table(Prior.model_validate(response.json()), runs[0]))
+            prior = client.prior_by_ids(fingerprint, problem_hash, limit=5)
+            ctx.console.print(_prior_table(prior, runs[0]))
 
 
 def show_stats(ctx: DemoContext) -> None:
     """Print what the service holds."""
     with ctx.client() as client:
-        stats = client.get("/v1/stats").json()
+        stats = client.stats()
     ctx.console.print(
-        "service holds "
-        + ", ".join(f"{stats[k]} {k}" for k in ("runs", "measurements", "hardware", "problems"))
+        f"service holds {stats.runs} runs, {stats.measurements} measurements, "
+        f"{stats.hardware} hardware, {stats.problems} problems"
     )
 
 
