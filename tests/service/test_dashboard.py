@@ -357,6 +357,7 @@ def _open(browser: Any, fleet: Fleet) -> tuple[Any, list[str]]:
     return page, problems
 
 
+@pytest.mark.browser
 def test_every_plot_renders_with_data_in_chromium(
     fleet: Fleet, browser: Any, tmp_path: Any
 ) -> None:
@@ -387,6 +388,7 @@ def test_every_plot_renders_with_data_in_chromium(
     assert problems == []
 
 
+@pytest.mark.browser
 def test_a_refused_token_asks_again(fleet: Fleet, browser: Any) -> None:
     page, problems = _open(browser, fleet)
     page.fill("#token", "tps_revoked-or-mistyped")

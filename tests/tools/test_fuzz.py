@@ -9,7 +9,7 @@ import pytest
 
 from tools.fuzz import FuzzConfig, run_api_fuzz, unexplained
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.fuzz]
 
 
 def test_the_api_meets_its_schema_under_fuzzing(postgres_server_url: str) -> None:
