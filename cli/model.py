@@ -10,7 +10,7 @@ import gzip
 import json
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -221,7 +221,7 @@ def import_kernel_tuner(
         console.print(f"stored in the database: {result.model_dump(exclude={'duplicate_run_ids'})}")
 
 
-def _print_reports(reports: list[dict]) -> None:
+def _print_reports(reports: list[dict[str, Any]]) -> None:
     table = Table(
         "op",
         "holdout",
@@ -240,7 +240,7 @@ def _print_reports(reports: list[dict]) -> None:
             if not figures:
                 continue
 
-            def fmt(name: str, figures: dict = figures) -> str:
+            def fmt(name: str, figures: dict[str, Any] = figures) -> str:
                 value = figures.get(name)
                 if value is None:
                     return "-"
@@ -353,13 +353,13 @@ def train(
     if dask_scheduler:
         from distributed import Client
 
-        client = Client(dask_scheduler)
+        client = Client(dask_scheduler)  # type: ignore[no-untyped-call]
     try:
         params = model_params(n_estimators, threads)
         bundle = train_bundle(tuning, seed=seed, client=client, model_params=params)
     finally:
         if client is not None:
-            client.close()
+            client.close()  # type: ignore[no-untyped-call]
     artifact = bundle.to_bytes()
     out.write_bytes(artifact)
     console.print(

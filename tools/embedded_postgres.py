@@ -35,7 +35,7 @@ def start_embedded(data_dir: Path) -> str:
     data_dir.parent.mkdir(parents=True, exist_ok=True)
     with PostgresServer._lock:  # pgserver's own lock over its handle file
         forget_dead_handles(data_dir)
-    server = pgserver.get_server(data_dir, cleanup_mode="stop")
+    server = pgserver.get_server(data_dir, cleanup_mode="stop")  # type: ignore[attr-defined]
     url = sqlalchemy_url(server.get_uri())
     log.debug("embedded Postgres at %s (data in %s)", url, data_dir)
     return url

@@ -36,7 +36,7 @@ def gemm_problems() -> list[ProblemKey]:
                     problems.append(
                         ProblemKey(
                             op="gemm",
-                            dtype=dtype,  # type: ignore[arg-type]
+                            dtype=dtype,
                             dims={"m": tokens, "n": n, "k": k},
                             trans_b=True,
                         )

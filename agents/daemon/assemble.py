@@ -58,7 +58,7 @@ def open_cache(settings: AgentSettings) -> ProbeCache:
 
     warm = settings.warm_cache
     if warm is None:
-        return FileCache.load(settings.cache_path)  # type: ignore[return-value]
+        return FileCache.load(settings.cache_path)
     if not warm.is_file():
         raise ConfigError(f"warm cache file {warm} does not exist")
     if warm.suffix.lower() == ".csv":
@@ -70,7 +70,7 @@ def open_cache(settings: AgentSettings) -> ProbeCache:
         cache.path = settings.cache_path
         cache.merge(FileCache.load(settings.cache_path).entries())
     log.info("warm cache %s: %d entries", warm.name, added)
-    return cache  # type: ignore[return-value]
+    return cache
 
 
 def build_engine_for(settings: AgentSettings, *, host: str) -> ProbeEngine:

@@ -47,11 +47,11 @@ def read_shape_rows(path: Path, *, dtype: Dtype) -> list[tuple[ProblemKey, int]]
                 layout = {c: int(row[c]) for c in LAYOUT_COLUMNS if row.get(c)}
                 problem = ProblemKey(
                     op="gemm",
-                    dtype=row.get("dtype") or dtype,  # type: ignore[arg-type]
+                    dtype=row.get("dtype") or dtype,
                     dims=dims,
                     trans_a=_flag(row.get("trans_a", "0")),
                     trans_b=_flag(row.get("trans_b", "1")),
-                    **layout,  # type: ignore[arg-type]
+                    **layout,
                 )
                 rows.append((problem, int(row.get("count") or 1)))
             except ValueError as exc:

@@ -63,8 +63,8 @@ def read_status(spool_path: Path) -> AgentStatus:
     return AgentStatus(
         spool_path=str(spool_path),
         state=str(state.get("state") or "unknown"),
-        pid=state.get("pid"),  # type: ignore[arg-type]
-        hardware=state.get("hardware"),  # type: ignore[arg-type]
+        pid=state.get("pid"),
+        hardware=state.get("hardware"),
         spool_depth=int(state["depth"]),  # type: ignore[call-overload]
         oldest_spooled_at=_when(state.get("oldest_spooled_at")),
         last_push_at=_when(state.get("last_push_at")),
@@ -75,7 +75,7 @@ def read_status(spool_path: Path) -> AgentStatus:
         quarantined=int(state["quarantined"]),  # type: ignore[call-overload]
         recovered=int(state["recovered"]),  # type: ignore[call-overload]
         push_errors=int(state["push_errors"]),  # type: ignore[call-overload]
-        last_error=state.get("last_error"),  # type: ignore[arg-type]
+        last_error=state.get("last_error"),
         last_error_at=_when(state.get("last_error_at")),
         cache_size=int(state.get("cache_size") or 0),  # type: ignore[call-overload]
     )

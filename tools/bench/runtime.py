@@ -47,7 +47,7 @@ def build_model(name: str, *, device: str = "cpu") -> Any:
                 num_hidden_layers=8,
                 vocab_size=128256,
                 max_position_embeddings=8192,
-                rope_theta=500000.0,  # type: ignore[call-arg]
+                rope_theta=500000.0,
             )
         ),
         # OPT-350m: a vocabulary of 50272, not a multiple of 64; 512-wide embeddings.
@@ -112,8 +112,8 @@ class Clock:
         import torch
 
         if self.cuda:
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
+            start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
             start.record()
             fn()
             end.record()
@@ -514,7 +514,7 @@ def _graph_overhead(a: Any, b: Any, session: Any) -> dict[str, float]:
     from agents.runtime.patching import ORIGINAL, suspended
 
     graphs = {}
-    stream = torch.cuda.Stream()
+    stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
     with tuned(session):
         torch.mm(a, b)
         for name in ("plain", "hit"):

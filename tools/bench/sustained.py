@@ -45,7 +45,7 @@ class SustainedConfig:
 def _rss_mib(pid: int) -> float:
     process = psutil.Process(pid)
     members = [process, *process.children(recursive=True)]
-    return sum(member.memory_info().rss for member in members) / 2**20
+    return float(sum(member.memory_info().rss for member in members)) / 2**20
 
 
 class _Batches:

@@ -98,20 +98,20 @@ def run_train_bench(config: TrainBenchConfig) -> dict[str, Any]:
     if config.dask_workers:
         from distributed import Client, LocalCluster
 
-        cluster = LocalCluster(
+        cluster = LocalCluster(  # type: ignore[no-untyped-call]
             n_workers=config.dask_workers,
             threads_per_worker=1,
             processes=True,
             dashboard_address=None,
         )
-        client = Client(cluster)
+        client = Client(cluster)  # type: ignore[no-untyped-call]
     try:
         started = time.perf_counter()
         bundle = train_bundle(data, seed=config.seed, client=client)
         train_s = time.perf_counter() - started
     finally:
         if client is not None:
-            client.close()
+            client.close()  # type: ignore[no-untyped-call]
         if cluster is not None:
             cluster.close()
     return {
