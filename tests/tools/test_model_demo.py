@@ -28,6 +28,7 @@ SERVICE_STEPS = [
 ]
 
 
+@pytest.mark.slow
 def test_model_demo_runs_twice_on_the_same_server(postgres_server_url: str, tmp_path: Path) -> None:
     runs = tuning_runs(["RTX A4000", "RTX A6000", "W6600", "A100", "W7800"], variant="demo")
     dataset = tmp_path / "runs.jsonl"
