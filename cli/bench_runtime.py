@@ -18,23 +18,20 @@ console = Console()
 @contextmanager
 def embedded_service() -> Iterator[tuple[str, str]]:
     """Start the service on a scratch database (the embedded Postgres unless one is set)."""
-    from sqlalchemy.orm import Session
-
-    from services.profiler_api import migrate
-    from services.profiler_api.auth.service import Role, create_token
-    from services.profiler_api.db import make_engine, scratch_database
+    from services.profiler_api.auth.service import Role
     from services.profiler_api.settings import Settings
     from tools.embedded_postgres import database_url_or_embedded
-    from tools.local_service import quiet_client_logs, running_service
+    from tools.local_service import (
+        issue_tokens,
+        migrated_scratch_database,
+        quiet_client_logs,
+        running_service,
+    )
 
     quiet_client_logs()
-    settings = Settings()
-    with scratch_database(database_url_or_embedded(settings), prefix="tps_bench_runtime") as url:
-        migrate.upgrade(url)
-        engine = make_engine(url, settings)
-        with Session(engine) as session, session.begin():
-            token = create_token(session, org="bench-fleet", role=Role.AGENT)
-        engine.dispose()
+    server_url = database_url_or_embedded(Settings())
+    with migrated_scratch_database(server_url, prefix="tps_bench_runtime") as url:
+        token = issue_tokens(url, org="bench-fleet").tokens[Role.AGENT]
         with running_service(url) as service:
             yield service.base_url, token
 

@@ -17,13 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.orm import Session
-
-from services.profiler_api import migrate
-from services.profiler_api.auth.service import Role, create_token
-from services.profiler_api.db import make_engine, scratch_database
-from services.profiler_api.settings import Settings
-from tools.local_service import running_service
+from services.profiler_api.auth.service import Role
+from tools.local_service import issue_tokens, migrated_scratch_database, running_service
 from tps.errors import TPSError
 
 # A batch of more runs than allowed is refused with 413 (documented), not 422.
@@ -83,18 +78,6 @@ def _schemathesis() -> str:
     return found
 
 
-def _issue_tokens(url: str) -> dict[str, str]:
-    engine = make_engine(url, Settings(db_pool_size=1))
-    try:
-        with Session(engine) as session, session.begin():
-            return {
-                "agent": create_token(session, org="fuzz", role=Role.AGENT),
-                "admin": create_token(session, org="fuzz", role=Role.ADMIN),
-            }
-    finally:
-        engine.dispose()
-
-
 def _run_one(base_url: str, token: str, config: FuzzConfig, report: Path) -> dict[str, Any]:
     config_file = report.with_suffix(".toml")
     config_file.write_text(CONFIG)
@@ -142,9 +125,9 @@ def _failures_section(output: str, limit: int = 12_000) -> str:
 def run_api_fuzz(server_url: str, config: FuzzConfig) -> dict[str, Any]:
     """Fuzz a fresh service as an agent, then as an admin; return what each run found."""
     results: dict[str, Any] = {"seed": config.seed, "max_examples": config.max_examples}
-    with scratch_database(server_url, prefix="tps_fuzz") as url:
-        migrate.upgrade(url)
-        tokens = _issue_tokens(url)
+    with migrated_scratch_database(server_url, prefix="tps_fuzz") as url:
+        issued = issue_tokens(url, org="fuzz", roles=[Role.AGENT, Role.ADMIN]).tokens
+        tokens = {role.value: token for role, token in issued.items()}
         with (
             running_service(url, env=FUZZ_ENV) as service,
             tempfile.TemporaryDirectory(prefix="tps-fuzz-") as folder,

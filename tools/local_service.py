@@ -10,14 +10,21 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from sqlalchemy.orm import Session
+
 from client import ClientError, ServiceClient
+from services.profiler_api import migrate
+from services.profiler_api.auth.repository import upsert_organisation
+from services.profiler_api.auth.service import Role, create_token
+from services.profiler_api.db import make_engine, scratch_database
 from services.profiler_api.metrics import MULTIPROC_ENV, multiprocess_env
 from services.profiler_api.server import PROTOCOL
+from services.profiler_api.settings import Settings
 from tps.errors import TPSError
 
 APP_FACTORY = "services.profiler_api.app:create_app"
@@ -117,3 +124,31 @@ def running_service(
         if own_metrics_dir:
             shutil.rmtree(own_metrics_dir, ignore_errors=True)
         log_path.unlink(missing_ok=True)  # its tail is in any ServiceStartError
+
+
+@contextmanager
+def migrated_scratch_database(server_url: str, *, prefix: str) -> Iterator[str]:
+    """Yield a fresh database next to `server_url`'s at the newest schema; drop it afterwards."""
+    with scratch_database(server_url, prefix=prefix) as url:
+        migrate.upgrade(url)
+        yield url
+
+
+@dataclass(frozen=True)
+class OrgTokens:
+    """An organisation's id and a token per role asked for."""
+
+    org_id: int
+    tokens: dict[Role, str]
+
+
+def issue_tokens(url: str, *, org: str, roles: Sequence[Role] = (Role.AGENT,)) -> OrgTokens:
+    """Create `org` in the database at `url` and a token of each of `roles` for it."""
+    engine = make_engine(url, Settings(db_pool_size=1))
+    try:
+        with Session(engine) as session, session.begin():
+            tokens = {role: create_token(session, org=org, role=role) for role in roles}
+            org_id = upsert_organisation(session, org)
+    finally:
+        engine.dispose()
+    return OrgTokens(org_id=org_id, tokens=tokens)

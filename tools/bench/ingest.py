@@ -20,17 +20,18 @@ from typing import Any
 
 import psycopg
 from rich.console import Console
-from sqlalchemy.orm import Session
 
 from client import ClientError, ServiceClient
-from services.profiler_api import migrate
-from services.profiler_api.auth.repository import upsert_organisation
-from services.profiler_api.auth.service import Role, create_token
-from services.profiler_api.db import libpq_url, make_engine, scratch_database
+from services.profiler_api.auth.service import Role
+from services.profiler_api.db import libpq_url
 from services.profiler_api.ingest import repository
 from services.profiler_api.ingest.plan import IngestPlan
-from services.profiler_api.settings import Settings
-from tools.local_service import quiet_client_logs, running_service
+from tools.local_service import (
+    issue_tokens,
+    migrated_scratch_database,
+    quiet_client_logs,
+    running_service,
+)
 from tools.synthetic import FleetSimulator
 from tps.schemas import ProbeRun, ProbeRunBatch
 
@@ -167,14 +168,10 @@ def run_ingest_bench(
     warmup_runs = list(FleetSimulator(seed=config.seed + 1).runs(10 * 2 * config.workers))
     warmup = _bodies(warmup_runs, replace(config, batch_runs=10))
     warmup_measurements = sum(len(run.measurements) for run in warmup_runs)
-    with scratch_database(database_url, prefix="tps_bench") as url:
-        migrate.upgrade(url)
-        engine = make_engine(url, Settings())
-        with Session(engine) as session, session.begin():
-            token = create_token(session, org="bench", role=Role.AGENT)
-            org_id = upsert_organisation(session, "bench")
-        engine.dispose()
-        plan = IngestPlan.from_batch(ProbeRunBatch.model_construct(runs=runs), org_id=org_id)
+    with migrated_scratch_database(database_url, prefix="tps_bench") as url:
+        org = issue_tokens(url, org="bench")
+        token = org.tokens[Role.AGENT]
+        plan = IngestPlan.from_batch(ProbeRunBatch.model_construct(runs=runs), org_id=org.org_id)
         say(f"raw COPY of {measurements} measurements")
         copy_s, copy_pg_s = time_raw_copy(url, plan)
         say(f"HTTP ingest with {config.clients} clients, {len(bodies)} batches")

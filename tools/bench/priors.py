@@ -36,10 +36,8 @@ from rich.console import Console
 from sqlalchemy.orm import Session
 
 from client import ClientError, ServiceClient
-from services.profiler_api import migrate
-from services.profiler_api.auth.repository import upsert_organisation
-from services.profiler_api.auth.service import Role, create_token
-from services.profiler_api.db import libpq_url, make_engine, scratch_database
+from services.profiler_api.auth.service import Role
+from services.profiler_api.db import libpq_url, make_engine
 from services.profiler_api.orm import ModelVersion
 from services.profiler_api.registry import repository as registry
 from services.profiler_api.settings import Settings
@@ -47,7 +45,12 @@ from tools.bench import loadgen
 from tools.bench.fleet import generate_fleet, sample_pairs
 from tools.bench.loadgen import Call, LoadResult
 from tools.kernel_tuner import find_dataset, load_split, push_runs, retrain
-from tools.local_service import quiet_client_logs, running_service
+from tools.local_service import (
+    issue_tokens,
+    migrated_scratch_database,
+    quiet_client_logs,
+    running_service,
+)
 from tools.synthetic import FleetSimulator
 from tps import __version__
 from tps.errors import TPSError
@@ -232,13 +235,9 @@ def run_priors_bench(
     say(f"reading {path} (holding out {config.holdout})")
     split = load_split(path, holdout=config.holdout)
     load_before = os.getloadavg()[0]
-    with scratch_database(database_url, prefix="tps_bench") as url:
-        migrate.upgrade(url)
-        engine = make_engine(url, Settings())
-        with Session(engine) as session, session.begin():
-            tokens = {role: create_token(session, org="bench", role=role) for role in Role}
-            org_id = upsert_organisation(session, "bench")
-        engine.dispose()
+    with migrated_scratch_database(database_url, prefix="tps_bench") as url:
+        org = issue_tokens(url, org="bench", roles=list(Role))
+        tokens, org_id = org.tokens, org.org_id
         say(f"generating a fleet of about {config.measurements:,} measurements in SQL")
         with psycopg.connect(libpq_url(url)) as conn:
             fleet = generate_fleet(conn, measurements=config.measurements, org_id=org_id)

@@ -17,15 +17,17 @@ from typing import Any
 import psutil
 import psycopg
 from rich.console import Console
-from sqlalchemy.orm import Session
 
 from client import ClientError, ServiceClient
-from services.profiler_api import migrate
-from services.profiler_api.auth.service import Role, create_token
-from services.profiler_api.db import libpq_url, make_engine, scratch_database
-from services.profiler_api.settings import Settings
+from services.profiler_api.auth.service import Role
+from services.profiler_api.db import libpq_url
 from tools.bench.ingest import time_http_ingest
-from tools.local_service import quiet_client_logs, running_service
+from tools.local_service import (
+    issue_tokens,
+    migrated_scratch_database,
+    quiet_client_logs,
+    running_service,
+)
 from tools.synthetic import FleetSimulator
 from tps.schemas import ProbeRunBatch
 
@@ -145,12 +147,8 @@ def run_sustained_bench(
         .encode()
         for i in range(0, len(runs), config.batch_runs)
     ]
-    with scratch_database(database_url, prefix="tps_sustained") as url:
-        migrate.upgrade(url)
-        engine = make_engine(url, Settings())
-        with Session(engine) as session, session.begin():
-            token = create_token(session, org="bench", role=Role.AGENT)
-        engine.dispose()
+    with migrated_scratch_database(database_url, prefix="tps_sustained") as url:
+        token = issue_tokens(url, org="bench").tokens[Role.AGENT]
         with running_service(url, workers=config.workers) as service:
             say(f"maximum: {len(bodies)} batches as fast as {config.clients} clients go")
             max_s = time_http_ingest(
