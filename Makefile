@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0
 # Where `make demo` writes its plot and the agents' caches.
 DEMO_OUT ?= tps-demo
 
-.PHONY: demo test lint install clean browser images
+.PHONY: demo test test-fast lint install clean browser images
 
 install: $(STAMP)
 
@@ -25,11 +25,16 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy tps services agents models migrations
+	$(BIN)/mypy tps client services agents models migrations cli tools
 	$(BIN)/lint-imports
 
+# The whole suite, with the coverage of every package (the service's subprocesses included).
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --cov --cov-report=term
+
+# The inner loop: no slow, browser, fuzzing or GPU tests, stop at the first failure.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -x -m "not slow and not browser and not fuzz and not gpu"
 
 # Debian's Chromium, which the dashboard's browser tests drive (they skip, saying so, without it).
 browser:
@@ -40,4 +45,4 @@ images:
 	bash -o pipefail -c "deploy/build_images.sh 2>&1 | tee deploy/proof/images.txt"
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache .coverage .coverage.*

@@ -3,7 +3,7 @@
 # Usage on the device: OUT=dir bash benchmarks/cold_cache_h200.sh
 set -eu
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:${PYTHONPATH:-}
-probe() { python3 -c "from tps.cli import main; main()" agent probe --shape 16x4096x4096 \
+probe() { python3 -c "from cli import main; main()" agent probe --shape 16x4096x4096 \
   --dtype bf16 --trans-b --json "$@"; }
 for i in 1 2; do probe > $OUT/warm_$i.json; probe --cold-cache > $OUT/cold_$i.json; done
 python3 - <<'PY'

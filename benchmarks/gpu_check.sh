@@ -3,7 +3,7 @@
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:${PYTHONPATH:-}
 timeout 120 python3 -m pytest -v tests/gpu -p no:cacheprovider 2>&1 | tee $OUT/gpu_tests.txt | tail -4
-timeout 30 python3 -c "from tps.cli import main; main()" agent probe --shape 4095x4095x4095 --dtype bf16 --trans-b > $OUT/cli_example.txt 2>&1
+timeout 30 python3 -c "from cli import main; main()" agent probe --shape 4095x4095x4095 --dtype bf16 --trans-b > $OUT/cli_example.txt 2>&1
 timeout 60 python3 - <<'PY' 2>&1 | tee $OUT/retime.txt
 from agents.probe.assemble import build_engine
 from tps.problem import ProblemKey

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from services.profiler_api.settings import Settings
-from services.profiler_api.training.kernel_tuner import find_dataset
+from tools.kernel_tuner import find_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"

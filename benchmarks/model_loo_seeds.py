@@ -25,7 +25,7 @@ from models.data_files import load_runs
 from models.dataset import TuningData
 from models.evaluation import configurations, evaluate_holdout, match_hardware
 from services.profiler_api.settings import Settings
-from services.profiler_api.training.kernel_tuner import find_dataset
+from tools.kernel_tuner import find_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"

@@ -20,16 +20,16 @@ import os
 import sys
 from datetime import UTC, datetime
 
-import httpx
 from sqlalchemy.orm import Session
 
+from client import ServiceClient
 from services.profiler_api import migrate
 from services.profiler_api.auth.service import Role, create_token
 from services.profiler_api.db import make_engine, scratch_database
-from services.profiler_api.loadgen import hey_closed_loop
-from services.profiler_api.runner import running_service
 from services.profiler_api.settings import Settings
-from tests.factories import batch_body, probe_run
+from tests.factories import probe_run
+from tools.bench.loadgen import hey_closed_loop
+from tools.local_service import running_service
 
 SERVER = sys.argv[1] if len(sys.argv) > 1 else "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
@@ -51,9 +51,8 @@ def main() -> None:
         for cache_s in ("5", "0"):
             env = {"TPS_PRIORS_CACHE_S": cache_s, "TPS_TRAINING_WORKER": "false"}
             with running_service(url, workers=2, env=env) as service:
-                httpx.post(
-                    service.base_url + "/v1/probe-runs", content=batch_body([run]), headers=auth
-                ).raise_for_status()
+                with ServiceClient.connect(service.base_url, token=token) as tps:
+                    tps.push([run])
                 cases = (
                     ("healthz", "/healthz", {}),
                     ("priors_no_token_401", path, {}),

@@ -6,7 +6,7 @@ python3 -c "import torch, triton, nvmath; print(torch.__version__, triton.__vers
 nvidia-smi --query-gpu=name,temperature.gpu,utilization.gpu,clocks.sm --format=csv | tee -a $OUT/smoke.log
 timeout 240 python3 -m pytest -q -x tests/gpu -p no:cacheprovider 2>&1 | tee $OUT/gpu_tests.txt | tail -15
 for s in "4096x4096x4096" "4095x4095x4095" "1x6144x4096" "2048x2048x128" "64x64x65536"; do
-  timeout 60 python3 -c "from tps.cli import main; main()" agent probe --shape $s --dtype bf16 --trans-b --json >> $OUT/cli_probes.jsonl 2>>$OUT/smoke.log
+  timeout 60 python3 -c "from cli import main; main()" agent probe --shape $s --dtype bf16 --trans-b --json >> $OUT/cli_probes.jsonl 2>>$OUT/smoke.log
 done
 python3 -c "
 import json

@@ -26,6 +26,8 @@ COPY services ./services
 COPY migrations ./migrations
 COPY models ./models
 COPY agents ./agents
+COPY client ./client
+COPY cli ./cli
 RUN /opt/tps/bin/pip install --no-cache-dir --disable-pip-version-check ".[agent]" \
  && /opt/tps/bin/pip uninstall -y --disable-pip-version-check pip
 

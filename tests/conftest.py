@@ -114,8 +114,8 @@ def live_service(migrated_database_url: str) -> Iterator[LiveService]:
 
     from services.profiler_api.auth.service import Role, create_token
     from services.profiler_api.db import make_engine
-    from services.profiler_api.runner import running_service
     from services.profiler_api.settings import Settings
+    from tools.local_service import running_service
 
     engine = make_engine(migrated_database_url, Settings(db_pool_size=1))
     with Session(engine) as session, session.begin():

@@ -43,7 +43,7 @@ def _spec(
     if bf16 is not None:
         peaks["bf16"] = bf16
     return HardwareSpec(
-        vendor=vendor,  # type: ignore[arg-type]
+        vendor=vendor,
         arch=arch,
         name=name,
         compute_units=units,

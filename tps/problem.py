@@ -131,11 +131,6 @@ def _problem_schema(schema: dict[str, Any]) -> None:
     schema.update(_dims_schema())
 
 
-def register_op(spec: OpSpec) -> None:
-    """Make an op known to problem validation with dims of its own."""
-    OPS[spec.name] = spec
-
-
 def op_spec(name: str) -> OpSpec:
     """Return the spec of a built-in op, or of a user-defined op with free dims.
 
@@ -318,7 +313,7 @@ class ProblemKey(BaseModel):
             extra = {"lda": lda, "ldb": ldb, "ldc": ldc}
         return cls(
             op="gemm",
-            dtype=by_name[dtype_name],  # type: ignore[arg-type]
+            dtype=by_name[dtype_name],
             dims=dims,
             trans_a=trans[1] == "t",
             trans_b=trans[0] == "t",

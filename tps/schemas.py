@@ -196,3 +196,101 @@ class PriorBatch(Strict):
     """One prior per problem asked, in the order asked."""
 
     priors: list[Prior]
+
+
+class ErrorItem(BaseModel):
+    """One bad field: where it is (dotted, as the client spells it), what is wrong."""
+
+    loc: str
+    msg: str
+    type: str
+
+
+class ErrorBody(BaseModel):
+    """The body of every error answer, whatever its status."""
+
+    detail: str = Field(description="what went wrong, naming the field or limit")
+    errors: list[ErrorItem] | None = Field(
+        default=None, description="each bad field, for a 422 (at most 20)"
+    )
+
+
+class RetrainAccepted(BaseModel):
+    """A queued training job and where to follow it."""
+
+    job_id: UUID
+    state: str
+    status_url: str
+
+
+class Job(BaseModel):
+    """A training job: its state and, once it ran, its metrics and model version."""
+
+    id: UUID
+    state: str
+    params: dict[str, Any]
+    metrics: dict[str, Any] | None
+    error: str | None
+    model_version: int | None
+    worker: str | None
+    requested_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class ModelVersion(BaseModel):
+    """A registered model, without its artifact."""
+
+    version: int
+    ops: list[str]
+    status: str
+    active: bool
+    data_counts: dict[str, Any]
+    params: dict[str, Any]
+    metrics: dict[str, Any]
+    artifact_sha256: str
+    artifact_bytes: int
+    job_id: UUID | None
+    created_at: datetime
+    activated_at: datetime | None
+
+
+class IssuedToken(BaseModel):
+    """A new token; the service keeps only its hash, so this is the only time it is shown."""
+
+    org: str
+    role: str
+    token: str
+
+
+class TokenInfo(BaseModel):
+    """A token as listed: never the token itself, nor its hash."""
+
+    id: int
+    org: str
+    role: str
+    name: str | None
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+class HardwareEntry(BaseModel):
+    """A piece of hardware the fleet has pushed runs from."""
+
+    fingerprint: str
+    spec: HardwareSpec
+    runs: int
+    problems: int
+    first_seen_at: datetime
+
+
+class FleetStats(BaseModel):
+    """What the service stores, in all and for the caller's organisation."""
+
+    runs: int
+    measurements: int
+    hardware: int
+    problems: int
+    candidates: int
+    organisations: int
+    org_runs: int

@@ -22,31 +22,25 @@ class SpoolCorruptError(SpoolError):
 
 
 class PushError(AgentError):
-    """A batch could not be delivered to the service."""
+    """A batch could not be delivered to the service; `retryable` if sending it again may help."""
 
     def __init__(
-        self, message: str, *, status: int | None = None, retry_after: float | None = None
-    ):
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+        retryable: bool = True,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.retry_after = retry_after
-
-    @property
-    def retryable(self) -> bool:
-        """Return whether sending the same batch again may succeed."""
-        return self.status is None or self.status in RETRYABLE_STATUS or self.status >= 500
+        self.retryable = retryable
 
 
 class PushRejectedError(PushError):
-    """The service refused the batch for good (a 4xx other than throttling)."""
-
-    @property
-    def retryable(self) -> bool:
-        return False
+    """The service refused the batch for good (a 4xx other than throttling or auth)."""
 
 
 class PriorsError(AgentError):
     """Priors could not be fetched in time; the caller falls back to a full probe."""
-
-
-RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})

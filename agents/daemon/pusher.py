@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import gzip
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
 
 import httpx
 from tenacity import (
@@ -23,11 +21,10 @@ from tenacity import (
 from agents.daemon.errors import PushError, PushRejectedError
 from agents.daemon.metrics import AgentMetrics
 from agents.daemon.spool import Spool, SpooledRun
+from client import AuthError, ClientError, RejectedError, ServiceClient
 from tps.schemas import IngestResult
 
 log = logging.getLogger(__name__)
-
-INGEST_PATH = "/v1/probe-runs"
 
 
 @dataclass(frozen=True)
@@ -37,21 +34,6 @@ class RetryPolicy:
     max_attempts: int = 8
     initial_s: float = 0.5
     max_s: float = 60.0
-
-
-def retry_after_seconds(response: httpx.Response, *, now: float) -> float | None:
-    """Parse a Retry-After header (seconds or an HTTP date) into seconds from now."""
-    value = response.headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        return max(0.0, parsedate_to_datetime(value).timestamp() - now)
-    except (TypeError, ValueError):
-        return None
 
 
 class WaitRetryAfter:
@@ -94,8 +76,7 @@ class Pusher:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.spool = spool
-        self.client = client
-        self.token = token
+        self.service = ServiceClient(client, token=token, clock=clock)
         self.batch_runs = batch_runs
         self.policy = policy
         self.metrics = metrics
@@ -171,28 +152,16 @@ class Pusher:
         )
 
     def _post(self, batch: Sequence[SpooledRun]) -> IngestResult:
-        body = b'{"runs":[' + b",".join(run.body for run in batch) + b"]}"
-        headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
         started = time.perf_counter()
         try:
-            response = self.client.post(INGEST_PATH, content=gzip.compress(body), headers=headers)
-        except httpx.HTTPError as exc:
-            raise PushError(f"cannot reach the service: {exc!r}") from exc
+            return self.service.push_encoded([run.body for run in batch])
+        except ClientError as exc:
+            # A bad token will not get better by itself, but the runs must not be quarantined
+            # for it: only a refusal of the runs themselves isolates and quarantines them.
+            rejected = isinstance(exc, RejectedError) and not isinstance(exc, AuthError)
+            error = PushRejectedError if rejected else PushError
+            raise error(
+                str(exc), status=exc.status, retry_after=exc.retry_after, retryable=exc.retryable
+            ) from exc
         finally:
             self.metrics.push_seconds.observe(time.perf_counter() - started)
-        if response.is_success:
-            try:
-                return IngestResult.model_validate_json(response.content)
-            except ValueError as exc:
-                raise PushError(f"service answered {response.status_code} with a bad body") from exc
-        status = response.status_code
-        # A bad token will not get better by itself, but the runs must not be quarantined for it.
-        rejected = 400 <= status < 500 and status not in (401, 403, 408, 425, 429)
-        error = PushRejectedError if rejected else PushError
-        raise error(
-            f"service answered {status}: {response.text[:500]}",
-            status=status,
-            retry_after=retry_after_seconds(response, now=self.clock()),
-        )

@@ -123,6 +123,7 @@ def load_settings(config: Path | None = None, **overrides: Any) -> AgentSettings
         {"model_config": SettingsConfigDict(**{**AgentSettings.model_config, "yaml_file": config})},
     )
     try:
-        return from_file(**overrides)
+        settings: AgentSettings = from_file(**overrides)
     except ValueError as exc:
         raise ConfigError(f"invalid agent config {config}: {exc}") from exc
+    return settings

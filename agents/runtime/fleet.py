@@ -15,15 +15,13 @@ import httpx
 
 from agents.cache import CacheEntry
 from agents.errors import AgentError
+from client import ClientError, ServiceClient
 from tps.candidate import VENDOR_DEFAULT
 from tps.hardware import HardwareSpec
 from tps.problem import ProblemKey
-from tps.schemas import Prior, PriorBatch, PriorBatchRequest
+from tps.schemas import Prior
 
 log = logging.getLogger("agents.runtime")
-
-BATCH_PATH = "/v1/priors/batch"
-MAX_BATCH = 256
 
 
 class FleetError(AgentError):
@@ -36,34 +34,16 @@ class FleetPriors:
     def __init__(
         self, *, client: httpx.Client, token: str | None, timeout_s: float = 5.0, margin: float
     ) -> None:
-        self.client = client
-        self.token = token
+        self.service = ServiceClient(client, token=token)
         self.timeout_s = timeout_s
         self.margin = margin
 
     def fetch(self, hardware: HardwareSpec, problems: Sequence[ProblemKey]) -> list[Prior]:
         """Return the service's priors for `problems` on `hardware`, in their order."""
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        priors: list[Prior] = []
-        for start in range(0, len(problems), MAX_BATCH):
-            body = PriorBatchRequest(
-                hardware=hardware, problems=list(problems[start : start + MAX_BATCH]), limit=8
-            )
-            try:
-                response = self.client.post(
-                    BATCH_PATH,
-                    content=body.model_dump_json(),
-                    headers={**headers, "Content-Type": "application/json"},
-                    timeout=self.timeout_s,
-                )
-            except httpx.HTTPError as exc:
-                raise FleetError(f"cannot reach the service for priors: {exc!r}") from exc
-            if not response.is_success:
-                raise FleetError(
-                    f"priors batch answered {response.status_code}: {response.text[:200]}"
-                )
-            priors.extend(PriorBatch.model_validate_json(response.content).priors)
-        return priors
+        try:
+            return self.service.priors(hardware, problems, limit=8, timeout=self.timeout_s)
+        except ClientError as exc:
+            raise FleetError(f"priors batch failed: {exc}") from exc
 
     def entries(
         self, hardware: HardwareSpec, problems: Sequence[ProblemKey], priors: Sequence[Prior]

@@ -3,7 +3,7 @@
 Layout (a package per domain, SQL in repositories, commit at the request boundary):
 
 - `app.create_app(settings)`: the factory; `ROUTERS` lists the domains' routers.
-- `settings.Settings`: TPS_* environment; `db`: engines, sessions, embedded pgserver.
+- `settings.Settings`: TPS_* environment; `db`: engines, sessions, scratch databases.
 - `deps`: `SessionDep` (commits when the handler returns), `AgentDep`, `AdminDep`.
 - `errors`: `APIError` and its HTTP-status subclasses, rendered by one handler.
 - `orm`: the typed tables; `migrations/` (Alembic) mirrors them, checked by a test.
@@ -18,6 +18,6 @@ Layout (a package per domain, SQL in repositories, commit at the request boundar
   (`training.service`).
 - `model_registry/`: GET /v1/models, POST /v1/models/{version}/activate; the active model,
   loaded once per replica and reloaded on activation (`model_registry.cache`).
-- `runner`, `demo`, `bench`, `bench_priors`, `synthetic`: running the service, `tps demo`,
-  `tps bench ingest`, `tps bench priors`.
+
+The demo, the benchmarks, the synthetic fleet and the embedded Postgres live in `tools/`.
 """

@@ -1,14 +1,11 @@
-"""Engines, sessions, and the embedded Postgres used when no database is configured."""
+"""Engines, sessions and scratch databases on the configured Postgres."""
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import psycopg
 from psycopg import sql
@@ -34,56 +31,14 @@ def libpq_url(url: str) -> str:
     return parsed.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
-def start_embedded(data_dir: Path) -> str:
-    """Start (or reuse) the embedded Postgres in `data_dir` and return its URL.
-
-    The server stops when the last process that started it exits; the data stays.
-    """
-    try:
-        with warnings.catch_warnings():
-            # Without XDG_RUNTIME_DIR, platformdirs warns: pgserver's lock goes to /tmp/runtime-UID.
-            warnings.simplefilter("ignore")
-            import pgserver  # imported here: only the embedded mode needs the wheel
-            from pgserver.postgres_server import PostgresServer
-    except ImportError as exc:  # the service image has no embedded Postgres
-        raise TPSError(
-            "TPS_DATABASE_URL is unset and the embedded Postgres is not installed: "
-            "set TPS_DATABASE_URL, or pip install 'tps[local]'"
-        ) from exc
-
-    data_dir.parent.mkdir(parents=True, exist_ok=True)
-    with PostgresServer._lock:  # pgserver's own lock over its handle file
-        forget_dead_handles(data_dir)
-    server = pgserver.get_server(data_dir, cleanup_mode="stop")
-    url = sqlalchemy_url(server.get_uri())
-    log.debug("embedded Postgres at %s (data in %s)", url, data_dir)
-    return url
-
-
-def forget_dead_handles(data_dir: Path) -> list[int]:
-    """Drop the pids of processes that died holding the embedded server; return the dropped.
-
-    pgserver stops the server when its last holder exits, and counts holders in a pid file. A
-    holder that was killed never takes its pid out, and the server would then run forever.
-    """
-    import psutil
-
-    handles = data_dir / ".handle_pids.json"
-    if not handles.is_file():
-        return []
-    pids: list[int] = json.loads(handles.read_text() or "[]")
-    dead = [pid for pid in pids if not psutil.pid_exists(pid)]
-    if dead:
-        handles.write_text(json.dumps([pid for pid in pids if pid not in dead]))
-        log.info("embedded Postgres: forgot holders %s that exited without letting go", dead)
-    return dead
-
-
 def resolve_database_url(settings: Settings) -> str:
-    """Return the configured database URL, starting the embedded server when there is none."""
-    if settings.database_url:
-        return sqlalchemy_url(settings.database_url)
-    return start_embedded(settings.data_dir)
+    """Return the configured database URL; the service never starts a database of its own."""
+    if not settings.database_url:
+        raise TPSError(
+            "TPS_DATABASE_URL is unset: set it, or run `tps serve`, which starts an embedded "
+            "Postgres when it is unset"
+        )
+    return sqlalchemy_url(settings.database_url)
 
 
 def make_engine(url: str, settings: Settings) -> Engine:

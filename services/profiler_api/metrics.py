@@ -100,7 +100,7 @@ class ServiceMetrics:
         """
         if MULTIPROC_ENV in os.environ:  # as prometheus_client decides
             registry = CollectorRegistry()
-            multiprocess.MultiProcessCollector(registry)
+            multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
             own = generate_latest(registry)
         else:
             own = generate_latest(self.registry)

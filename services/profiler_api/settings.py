@@ -23,7 +23,7 @@ class Settings(BaseSettings):
 
     database_url: str | None = Field(
         default=None,
-        description="SQLAlchemy URL of Postgres; unset starts an embedded server (pgserver)",
+        description="SQLAlchemy URL of Postgres; unset, `tps serve` starts an embedded one",
     )
     read_database_url: str | None = Field(
         default=None,

@@ -7,9 +7,9 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from agents.cache import ProbeCache
+from cli import app
 from tests.factories import cublaslt, hardware_spec, probe_run
 from tps.candidate import VENDOR_DEFAULT, Candidate
-from tps.cli import app
 from tps.problem import ProblemKey
 
 runner = CliRunner()

@@ -5,15 +5,17 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 from sqlalchemy.engine import make_url
 
+from cli.demo_agent import AGENT_STEPS
 from services.profiler_api.db import scratch_database
-from services.profiler_api.demo import create_tokens, run_demo, start_database, start_service
 from services.profiler_api.settings import Settings
-from tps.cli.demo_agent import AGENT_STEPS
+from tools.demo.service import create_tokens, run_demo, start_database, start_service
 
 
+@pytest.mark.slow
 def test_second_agent_is_steered_by_the_first_agents_runs(
     postgres_server_url: str, tmp_path: Path
 ) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import typer.main
 
-from tps.cli import app
+from cli import app
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -212,6 +212,7 @@ def test_the_service_image_carries_the_service_extra_only() -> None:
     dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
     assert '".[service]"' in dockerfile
     assert "libgomp1" in dockerfile  # LightGBM's OpenMP runtime
+    assert "COPY tools" not in dockerfile  # the demo, benchmarks and embedded Postgres stay out
     agent = (ROOT / "deploy" / "agent.Dockerfile").read_text()
     assert '".[agent]"' in agent and "TORCH_SPEC" in agent
 

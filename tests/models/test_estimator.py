@@ -32,6 +32,7 @@ def test_estimator_follows_sklearn_conventions(convolution_data: TuningData) -> 
     assert model.get_params()["op"] == "convolution"
 
 
+@pytest.mark.slow
 def test_regressor_learns_latency_on_training_hardware(convolution_data: TuningData) -> None:
     model = LatencyModel(op="convolution", n_estimators=80).fit(convolution_data)
     hw_key = next(k for k, h in convolution_data.hardware.items() if h.name.endswith("A6000"))

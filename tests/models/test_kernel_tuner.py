@@ -5,10 +5,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cli.model import push_runs, write_jsonl
 from models.data_files import load_runs
 from models.kernel_tuner import KernelTunerImportError, import_cache, import_file, op_of
 from tps.catalog import resolve
-from tps.cli.model import push_runs, write_jsonl
 
 
 def small_cache(device_name: str = "", *, kernel: str = "convolution_kernel") -> dict:
@@ -171,12 +171,13 @@ def test_push_sends_gzipped_batches_with_the_token(tmp_path: Path) -> None:
         seen.append(request)
         body = json.loads(gzip.decompress(request.content))
         n = sum(len(r["measurements"]) for r in body["runs"])
-        return httpx.Response(200, json={"accepted": len(body["runs"]), "measurements": n})
+        accepted = len(body["runs"])
+        return httpx.Response(200, json={"accepted": accepted, "duplicates": 0, "measurements": n})
 
-    totals = push_runs(
+    result = push_runs(
         [run], url="http://tps.test/", token="s3cret", transport=httpx.MockTransport(handler)
     )
-    assert totals == {"accepted": 1, "duplicates": 0, "measurements": 3}
+    assert (result.accepted, result.duplicates, result.measurements) == (1, 0, 3)
     assert seen[0].url.path == "/v1/probe-runs"
     assert seen[0].headers["authorization"] == "Bearer s3cret"
     assert seen[0].headers["content-encoding"] == "gzip"
@@ -184,7 +185,7 @@ def test_push_sends_gzipped_batches_with_the_token(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_database_import_is_idempotent(tmp_path: Path, migrated_database_url: str) -> None:
-    from tps.cli.model import ingest_into_database
+    from cli.model import ingest_into_database
 
     run = import_file(write(tmp_path / "A6000.json", small_cache("")))
     first = ingest_into_database([run], database_url=migrated_database_url, org="kt-test")

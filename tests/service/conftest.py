@@ -12,8 +12,8 @@ from sqlalchemy.orm import Session
 from services.profiler_api import migrate
 from services.profiler_api.auth.service import Role, create_token
 from services.profiler_api.db import make_engine, scratch_database
-from services.profiler_api.runner import RunningService, running_service
 from services.profiler_api.settings import Settings
+from tools.local_service import RunningService, running_service
 
 # Small enough that a test reaches each limit in a few requests or seconds.
 TIGHT_LIMITS = {

@@ -18,6 +18,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+from cli import app
 from tests.factories import (
     KERNEL,
     OP,
@@ -29,7 +30,6 @@ from tests.factories import (
     stencil_time_ms,
 )
 from tps.catalog import UnknownHardwareError, resolve, spec_for
-from tps.cli import app
 from tps.hardware import HardwareSpec
 from tps.schemas import Prior
 
@@ -46,8 +46,8 @@ def service(postgres_server_url: str) -> Iterator[tuple[str, str, str]]:
     from services.profiler_api import migrate
     from services.profiler_api.auth.service import Role, create_token
     from services.profiler_api.db import make_engine, scratch_database
-    from services.profiler_api.runner import running_service
     from services.profiler_api.settings import Settings
+    from tools.local_service import running_service
 
     with scratch_database(postgres_server_url, prefix="tps_any_kernel") as url:
         migrate.upgrade(url)

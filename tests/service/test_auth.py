@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from cli import app
 from tests.conftest import LiveService
 from tests.factories import batch_body, hardware_spec, probe_run, unique_problem
-from tps.cli import app
 
 AGENT_ENDPOINTS: list[tuple[str, str, dict[str, Any]]] = [
     ("POST", "/v1/probe-runs", {"content": batch_body([probe_run()])}),

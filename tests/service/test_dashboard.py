@@ -60,7 +60,7 @@ def _train(admin: httpx.Client, deadline_s: float = 120.0) -> int:
 
 def fleet_runs() -> list[ProbeRun]:
     """Return the runs of a small simulated fleet, plus runs steered by priors."""
-    from services.profiler_api.synthetic import FleetSimulator
+    from tools.synthetic import FleetSimulator
 
     full = list(FleetSimulator(seed=7, hardware=CATALOG.specs()[:4]).runs(240))
     seen: set[tuple[str, str]] = set()
@@ -81,7 +81,7 @@ def fleet(postgres_server_url: str) -> Iterator[Fleet]:
     from services.profiler_api import migrate
     from services.profiler_api.auth.service import Role, create_token
     from services.profiler_api.db import scratch_database
-    from services.profiler_api.runner import running_service
+    from tools.local_service import running_service
 
     with scratch_database(postgres_server_url, prefix="tps_dashboard") as url:
         migrate.upgrade(url)
@@ -357,6 +357,7 @@ def _open(browser: Any, fleet: Fleet) -> tuple[Any, list[str]]:
     return page, problems
 
 
+@pytest.mark.browser
 def test_every_plot_renders_with_data_in_chromium(
     fleet: Fleet, browser: Any, tmp_path: Any
 ) -> None:
@@ -387,6 +388,7 @@ def test_every_plot_renders_with_data_in_chromium(
     assert problems == []
 
 
+@pytest.mark.browser
 def test_a_refused_token_asks_again(fleet: Fleet, browser: Any) -> None:
     page, problems = _open(browser, fleet)
     page.fill("#token", "tps_revoked-or-mistyped")

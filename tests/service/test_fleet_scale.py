@@ -19,9 +19,9 @@ from services.profiler_api import migrate
 from services.profiler_api.auth.service import Role, create_token
 from services.profiler_api.db import libpq_url, make_engine, scratch_database
 from services.profiler_api.fleet.retention import maintain_partitions, utc_today
-from services.profiler_api.runner import running_service
 from services.profiler_api.settings import Settings
 from tests.factories import batch_body, cublaslt, hardware_spec, probe_run, unique_problem
+from tools.local_service import running_service
 from tps.candidate import VENDOR_DEFAULT
 
 
@@ -100,7 +100,7 @@ def test_two_replicas_share_one_database_and_forget_changed_answers(
 @contextmanager
 def _replica_with(run: Any, postgres_server_url: str) -> Iterator[str]:
     """Yield the URL of another database holding `run`, read-only for whoever connects."""
-    from tps.cli.model import ingest_into_database
+    from cli.model import ingest_into_database
 
     with scratch_database(postgres_server_url, prefix="tps_replica") as replica:
         migrate.upgrade(replica)
@@ -154,8 +154,8 @@ def scratch_url(postgres_server_url: str) -> Iterator[str]:
 def test_retention_drops_old_days_of_measurements_and_keeps_the_aggregates(
     scratch_url: str,
 ) -> None:
+    from cli.model import ingest_into_database
     from services.profiler_api.fleet.repository import fleet_stats
-    from tps.cli.model import ingest_into_database
 
     old, recent = probe_run(), probe_run()
     ingest_into_database([old, recent], database_url=scratch_url, org="acme")

@@ -7,7 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from services.profiler_api import migrate
 from services.profiler_api.db import scratch_database
-from services.profiler_api.runner import running_service
+from tools.local_service import running_service
 
 REQUESTS = 60
 

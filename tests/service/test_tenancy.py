@@ -12,10 +12,10 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from services.profiler_api.runner import running_service
+from cli import app
 from tests.factories import batch_body, probe_run
 from tests.service.conftest import TIGHT_LIMITS, BoundedService, issue_tokens
-from tps.cli import app
+from tools.local_service import running_service
 
 
 def test_an_admin_issues_tokens_only_for_its_own_organisation(

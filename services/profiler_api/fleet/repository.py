@@ -9,7 +9,6 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.selectable import ScalarSelect
 
-from services.profiler_api.fleet.schemas import FleetStats, HardwareEntry
 from services.profiler_api.orm import (
     Base,
     CandidateRow,
@@ -20,6 +19,7 @@ from services.profiler_api.orm import (
     Problem,
 )
 from tps.hardware import HardwareSpec
+from tps.schemas import FleetStats, HardwareEntry
 
 COUNTER_SLOTS = 16
 

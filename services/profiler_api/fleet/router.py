@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 from services.profiler_api.bounds import Offset
 from services.profiler_api.deps import AgentDep, SessionDep
 from services.profiler_api.fleet import repository
-from services.profiler_api.fleet.schemas import FleetStats, HardwareEntry
+from tps.schemas import FleetStats, HardwareEntry
 
 router = APIRouter(prefix="/v1", tags=["fleet"])
 

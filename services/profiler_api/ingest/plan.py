@@ -163,7 +163,7 @@ class IngestPlan:
         for run_id in run_ids:
             planned = self.runs[run_id]
             alias = org_run_id(self.org_id, run_id)
-            row: RunRow = (alias, *planned.row[1:])  # type: ignore[assignment]
+            row: RunRow = (alias, *planned.row[1:])
             plan.runs[alias] = PlannedRun(
                 row=row, run=planned.run, candidate_ids=planned.candidate_ids
             )

@@ -30,7 +30,7 @@ def test_the_probe_cli_host_id_is_keyed_and_stable(tmp_path, monkeypatch) -> Non
     import hashlib
     import uuid
 
-    from tps.cli.agent_probe import cli_host_id
+    from cli.agent_probe import cli_host_id
 
     monkeypatch.delenv("TPS_AGENT_DEPLOYMENT_SECRET", raising=False)
     monkeypatch.setenv("TPS_AGENT_HOST_KEY_PATH", str(tmp_path / "host.key"))

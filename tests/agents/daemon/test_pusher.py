@@ -11,8 +11,9 @@ import pytest
 
 from agents.daemon.errors import PushError
 from agents.daemon.metrics import AgentMetrics
-from agents.daemon.pusher import Pusher, RetryPolicy, retry_after_seconds
+from agents.daemon.pusher import Pusher, RetryPolicy
 from agents.daemon.spool import Spool
+from client.errors import ServiceUnreachable, retry_after_seconds
 from tests.agents.daemon.conftest import gemm, make_run
 
 
@@ -111,7 +112,8 @@ def test_push_error_keeps_the_httpx_cause(spool: Spool) -> None:
     batch = spool.peek(10)
     with pytest.raises(PushError) as err:
         pusher.push_batch(batch, stop=threading.Event())
-    assert isinstance(err.value.__cause__, httpx.ConnectError)
+    assert isinstance(err.value.__cause__, ServiceUnreachable)
+    assert isinstance(err.value.__cause__.__cause__, httpx.ConnectError)
 
 
 def test_a_run_the_service_rejects_is_isolated_and_quarantined(spool: Spool) -> None:

@@ -197,7 +197,7 @@ class OtherOrganisation:
     """
 
     def __init__(self, service: ServiceProcess, token: str, *, batches: int) -> None:
-        from services.profiler_api.synthetic import FleetSimulator
+        from tools.synthetic import FleetSimulator
         from tps.schemas import ProbeRunBatch
 
         runs = list(FleetSimulator(seed=42).runs(batches * 10, max_measurements=12))
@@ -666,7 +666,7 @@ def test_agent_demo_shows_runs_arriving_and_priors_coming_back(
 
     from rich.console import Console
 
-    from agents.daemon.demo import run_agent_demo
+    from tools.demo.agent import run_agent_demo
     from tps.problem import ProblemKey
 
     service.start()

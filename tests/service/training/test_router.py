@@ -11,8 +11,8 @@ from sqlalchemy.orm import Session
 from services.profiler_api import migrate
 from services.profiler_api.auth.service import Role, create_token
 from services.profiler_api.db import make_engine, scratch_database
-from services.profiler_api.runner import running_service
 from services.profiler_api.settings import Settings
+from tools.local_service import running_service
 
 
 @pytest.fixture(scope="module")

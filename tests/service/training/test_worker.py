@@ -176,6 +176,7 @@ def test_failed_training_leaves_serving_alone(
     assert _prior(live_service, UNSEEN, trained["problem"]) == expected
 
 
+@pytest.mark.slow
 def test_activate_rolls_back_and_priors_follow(
     live_service: LiveService, trained: dict[str, Any]
 ) -> None:

@@ -1,0 +1,1 @@
+"""Benchmark harnesses behind `tps bench` and BENCHMARKS.md."""

@@ -1,0 +1,1 @@
+"""The steps of `tps demo`: the service, the model, the agents."""

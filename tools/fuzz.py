@@ -1,0 +1,143 @@
+"""Fuzz the API from its OpenAPI document with Schemathesis, as an agent and as an admin.
+
+A scratch database and a live service; Schemathesis (a dev dependency, run as its own
+command) sends schema-valid and schema-invalid requests with every check on: no server
+error, every status and body as documented, invalid data refused, valid data accepted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from services.profiler_api.auth.service import Role
+from tools.local_service import issue_tokens, migrated_scratch_database, running_service
+from tps.errors import TPSError
+
+# A batch of more runs than allowed is refused with 413 (documented), not 422.
+CONFIG = """
+[checks.negative_data_rejection]
+expected-statuses = ["400", "401", "403", "404", "405", "406", "409", "413", "415", "422",
+                     "428", "429", "5xx"]
+"""
+
+# Rules across fields that JSON Schema cannot state: schema-valid data they refuse is a
+# 422 naming the rule (Schemathesis reports it as ST202); anything else is a finding.
+CROSS_FIELD_RULES = (
+    "is not among the measurements",  # winner_id names a measured candidate
+    "is smaller than the row length",  # a GEMM leading dimension
+)
+_ST202_DETAIL = re.compile(r"- ST202 .*?\[422\][^`]*`(\{.*?\})`", re.S)
+
+
+def unexplained(result: dict[str, Any]) -> list[str]:
+    """Return the failures of one role's run that are not a documented cross-field rule."""
+    found = [
+        f"{f['code']} {f['title']}: {', '.join(f['operations'])}"
+        for f in result["failures"]
+        if f["code"] != "ST202"
+    ]
+    for detail in result["st202_details"]:
+        if not any(rule in detail for rule in CROSS_FIELD_RULES):
+            found.append(f"ST202 Schema-valid request rejected: {detail[:300]}")
+    if result["errors"]:
+        found.append(f"{result['errors']} runtime errors")
+    return found
+
+
+# No training worker (jobs queue and wait) and no rate limit (the fuzzer is the only client).
+FUZZ_ENV = {"TPS_TRAINING_WORKER": "false", "TPS_RATE_LIMIT_PER_S": "0"}
+
+
+class FuzzToolMissing(TPSError):
+    """Schemathesis is not installed (it comes with the `dev` extra)."""
+
+
+@dataclass(frozen=True)
+class FuzzConfig:
+    max_examples: int = 20
+    seed: int = 1
+    workers: int = 1
+    max_time_s: int | None = None  # per role; None: until the examples are spent
+    phases: str = "examples,coverage,fuzzing,stateful"
+
+
+def _schemathesis() -> str:
+    found = shutil.which("schemathesis", path=str(Path(sys.executable).parent))
+    if found is None:
+        found = shutil.which("schemathesis")
+    if found is None:
+        raise FuzzToolMissing("schemathesis is not installed: pip install -e '.[dev]'")
+    return found
+
+
+def _run_one(base_url: str, token: str, config: FuzzConfig, report: Path) -> dict[str, Any]:
+    config_file = report.with_suffix(".toml")
+    config_file.write_text(CONFIG)
+    command = [
+        _schemathesis(), "--config-file", str(config_file), "run", f"{base_url}/openapi.json",
+        "--checks", "all",
+        "-H", f"Authorization: Bearer {token}",
+        "--max-examples", str(config.max_examples),
+        "--seed", str(config.seed),
+        "--workers", str(config.workers),
+        "--phases", config.phases,
+        "--generation-database", "none",
+        "--no-color",
+        "--report", "json", "--report-json-path", str(report),
+    ]  # fmt: skip
+    if config.max_time_s is not None:
+        command += ["--max-time", str(config.max_time_s)]
+    # In the report's folder: Schemathesis keeps a cache of crashes where it runs.
+    completed = subprocess.run(
+        command, capture_output=True, text=True, check=False, cwd=report.parent
+    )
+    if not report.exists():
+        raise TPSError(f"schemathesis wrote no report:\n{completed.stdout[-4000:]}")
+    data = json.loads(report.read_text())
+    return {
+        "cases": data["test_cases"]["generated"],
+        "unique_failures": data["test_cases"]["unique_failures"],
+        "errors": len(data["errors"]),
+        "failures": [
+            {"code": f["code"], "title": f["title"], "operations": f["operations"]}
+            for f in data["failures"]
+        ],
+        "running_time_s": round(data["running_time"], 1),
+        "exit_code": data["exit_code"],
+        "st202_details": _ST202_DETAIL.findall(completed.stdout),
+        "output": _failures_section(completed.stdout) if data["failures"] or data["errors"] else "",
+    }
+
+
+def _failures_section(output: str, limit: int = 12_000) -> str:
+    start = max(output.find("FAILURES"), output.find("ERRORS"), 0)
+    return output[start : start + limit]
+
+
+def run_api_fuzz(server_url: str, config: FuzzConfig) -> dict[str, Any]:
+    """Fuzz a fresh service as an agent, then as an admin; return what each run found."""
+    results: dict[str, Any] = {"seed": config.seed, "max_examples": config.max_examples}
+    with migrated_scratch_database(server_url, prefix="tps_fuzz") as url:
+        issued = issue_tokens(url, org="fuzz", roles=[Role.AGENT, Role.ADMIN]).tokens
+        tokens = {role.value: token for role, token in issued.items()}
+        with (
+            running_service(url, env=FUZZ_ENV) as service,
+            tempfile.TemporaryDirectory(prefix="tps-fuzz-") as folder,
+        ):
+            for role, token in tokens.items():
+                results[role] = _run_one(
+                    service.base_url, token, config, Path(folder) / f"{role}.json"
+                )
+            log = service.log()
+            results["server_errors_logged"] = log.count("Traceback")
+            if "Traceback" in log:
+                results["server_log_tail"] = log[log.index("Traceback") :][:6000]
+    return results
