@@ -10,7 +10,7 @@ import sqlalchemy.exc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tps.bounds import NO_NUL, PREVIEW_CHARS
@@ -18,23 +18,6 @@ from tps.errors import TPSError
 
 MAX_MESSAGE_CHARS = 300
 MAX_LOC_PART_CHARS = PREVIEW_CHARS
-
-
-class ErrorItem(BaseModel):
-    """One bad field: where it is (dotted, as the client spells it), what is wrong."""
-
-    loc: str
-    msg: str
-    type: str
-
-
-class ErrorBody(BaseModel):
-    """The body of every error answer, whatever its status."""
-
-    detail: str = Field(description="what went wrong, naming the field or limit")
-    errors: list[ErrorItem] | None = Field(
-        default=None, description="each bad field, for a 422 (at most 20)"
-    )
 
 
 class APIError(TPSError):

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from services.profiler_api.errors import ErrorBody
+from tps.schemas import ErrorBody
 
 ERROR_STATUSES: dict[str, str] = {
     "400": "a malformed request (bad gzip, a body cut short)",

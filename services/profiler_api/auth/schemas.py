@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from services.profiler_api.auth.service import Role
+from tps import schemas
 from tps.bounds import NO_NUL
 
 
@@ -32,20 +32,13 @@ class TokenRequest(BaseModel):
     name: str | None = Field(default=None, max_length=128, pattern=NO_NUL)
 
 
-class IssuedToken(BaseModel):
+class IssuedToken(schemas.IssuedToken):
     """A new token; the service keeps only its hash, so this is the only time it is shown."""
 
-    org: str
     role: Role
-    token: str
 
 
-class TokenOut(BaseModel):
+class TokenOut(schemas.TokenInfo):
     """A token as listed: never the token itself, nor its hash."""
 
-    id: int
-    org: str
     role: Role
-    name: str | None
-    created_at: datetime
-    revoked_at: datetime | None

@@ -2,25 +2,8 @@
 
 from __future__ import annotations
 
-import uuid
-from datetime import datetime
-from typing import Any
-
-from pydantic import BaseModel
+from tps import schemas
 
 
-class ModelVersionOut(BaseModel):
+class ModelVersionOut(schemas.ModelVersion):
     """A registered model, without its artifact."""
-
-    version: int
-    ops: list[str]
-    status: str
-    active: bool
-    data_counts: dict[str, Any]
-    params: dict[str, Any]
-    metrics: dict[str, Any]
-    artifact_sha256: str
-    artifact_bytes: int
-    job_id: uuid.UUID | None
-    created_at: datetime
-    activated_at: datetime | None

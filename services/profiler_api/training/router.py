@@ -12,7 +12,8 @@ from services.profiler_api.deps import AdminDep, SessionDep, SettingsDep
 from services.profiler_api.errors import Conflict, NotFound, TooManyRequests
 from services.profiler_api.orm import JOB_STATES
 from services.profiler_api.training import repository
-from services.profiler_api.training.schemas import JobOut, RetrainAccepted, RetrainParams
+from services.profiler_api.training.schemas import JobOut, RetrainParams
+from tps.schemas import RetrainAccepted
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 

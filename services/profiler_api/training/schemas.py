@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import uuid
-from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from tps import schemas
 from tps.bounds import NO_NUL, NotText
 from tps.problem import OP_NAME, op_spec
 
@@ -58,22 +57,7 @@ class RetrainParams(BaseModel):
         return sorted(set(ops)) if ops else None
 
 
-class RetrainAccepted(BaseModel):
-    job_id: uuid.UUID
-    state: str
-    status_url: str
-
-
-class JobOut(BaseModel):
-    id: uuid.UUID
-    state: str
-    params: dict[str, Any]
-    metrics: dict[str, Any] | None
-    error: str | None
-    model_version: int | None
-    worker: str | None
-    requested_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
+class JobOut(schemas.Job):
+    """A training job as the service answers it, read from its row."""
 
     model_config = ConfigDict(from_attributes=True)
