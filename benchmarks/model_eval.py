@@ -21,8 +21,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from services.profiler_api.settings import Settings
 from tools.kernel_tuner import find_dataset
+from tools.settings import LocalSettings
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -152,7 +152,7 @@ def evaluate(name: str, data: Path, out: Path, plot: Path, extra: dict | None = 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--kernel-tuner", type=Path, default=find_dataset(Settings().kernel_tuner_data)
+        "--kernel-tuner", type=Path, default=find_dataset(LocalSettings().kernel_tuner_data)
     )
     parser.add_argument("--gemm", type=Path, default=REPO / "benchmarks" / "data")
     parser.add_argument("--skip-gemm", action="store_true")

@@ -24,8 +24,8 @@ import numpy as np
 from models.data_files import load_runs
 from models.dataset import TuningData
 from models.evaluation import configurations, evaluate_holdout, match_hardware
-from services.profiler_api.settings import Settings
 from tools.kernel_tuner import find_dataset
+from tools.settings import LocalSettings
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -136,7 +136,9 @@ def nested(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=find_dataset(Settings().kernel_tuner_data))
+    parser.add_argument(
+        "--data", type=Path, default=find_dataset(LocalSettings().kernel_tuner_data)
+    )
     parser.add_argument("--seeds", type=int, default=8)
     parser.add_argument("--inner-seeds", type=int, default=2)
     args = parser.parse_args()

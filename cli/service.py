@@ -53,12 +53,13 @@ def _database_url(url: str | None) -> str:
         return sqlalchemy_url(url or settings.database_url or "")
     try:
         from tools.embedded_postgres import start_embedded
+        from tools.settings import LocalSettings
     except ModuleNotFoundError as exc:  # an image carries the service, never the tools
         raise TPSError(
             "TPS_DATABASE_URL is unset and the embedded Postgres is not installed: "
             "set TPS_DATABASE_URL, or run from a checkout with pip install -e '.[local]'"
         ) from exc
-    return start_embedded(settings.data_dir)
+    return start_embedded(LocalSettings().data_dir)
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -106,7 +107,6 @@ def serve(
     from services.profiler_api import migrate as migrations
     from services.profiler_api.metrics import MULTIPROC_ENV, multiprocess_env
     from services.profiler_api.server import PROTOCOL
-    from services.profiler_api.settings import Settings
 
     check_port_free(host, port)
     for stop in (signal.SIGTERM, signal.SIGINT):  # from here on, a stop runs the exit handlers
@@ -114,7 +114,9 @@ def serve(
     embedded = not (database_url or os.environ.get("TPS_DATABASE_URL"))
     url = _database_url(database_url)
     if embedded:
-        console.print(f"Postgres: embedded, data in {Settings().data_dir}", highlight=False)
+        from tools.settings import LocalSettings
+
+        console.print(f"Postgres: embedded, data in {LocalSettings().data_dir}", highlight=False)
     if migrate if migrate is not None else embedded:
         migrations.upgrade(url)
         console.print(f"schema at {migrations.current(url)}", highlight=False)

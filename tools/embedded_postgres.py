@@ -10,6 +10,7 @@ from pathlib import Path
 
 from services.profiler_api.db import sqlalchemy_url
 from services.profiler_api.settings import Settings
+from tools.settings import LocalSettings
 from tps.errors import TPSError
 
 log = logging.getLogger(__name__)
@@ -60,8 +61,8 @@ def forget_dead_handles(data_dir: Path) -> list[int]:
     return dead
 
 
-def database_url_or_embedded(settings: Settings) -> str:
+def database_url_or_embedded(settings: Settings, local: LocalSettings | None = None) -> str:
     """Return the configured database URL, starting the embedded server when there is none."""
     if settings.database_url:
         return sqlalchemy_url(settings.database_url)
-    return start_embedded(settings.data_dir)
+    return start_embedded((local or LocalSettings()).data_dir)

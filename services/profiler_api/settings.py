@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import platformdirs
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MIB = 1024 * 1024
-
-
-def default_data_dir() -> Path:
-    """Return where the embedded Postgres keeps its data between runs."""
-    return platformdirs.user_data_path("tps") / "postgres"
 
 
 class Settings(BaseSettings):
@@ -29,7 +21,6 @@ class Settings(BaseSettings):
         default=None,
         description="SQLAlchemy URL of a read replica that serves priors; unset: database_url",
     )
-    data_dir: Path = Field(default_factory=default_data_dir)
     max_body_bytes: int = Field(default=32 * MIB, gt=0, description="after decompression")
     body_timeout_s: float = Field(
         default=30.0, gt=0, description="a body still arriving after this is refused (408)"
@@ -74,11 +65,6 @@ class Settings(BaseSettings):
     training_threads: int = Field(default=2, gt=0, description="LightGBM threads of a job")
     training_stale_s: float = Field(
         default=3600.0, gt=0, description="a running job older than this is claimed again"
-    )
-    kernel_tuner_data: Path | None = Field(
-        default=None,
-        description="Kernel Tuner caches that `tps demo` and `tps bench priors` import; "
-        "unset: the five GPUs shipped in benchmarks/data/kernel_tuner",
     )
     # Ingest allocates many small objects; fewer young-generation collections keep it fast.
     gc_threshold: int = Field(default=50_000, gt=0)

@@ -20,6 +20,7 @@ from tools.demo.service import (
     start_database,
     start_service,
 )
+from tools.settings import LocalSettings
 
 SERVICE_STEPS = [
     ("start Postgres", start_database),
@@ -60,12 +61,12 @@ def test_model_demo_runs_twice_on_the_same_server(postgres_server_url: str, tmp_
 
 
 def test_a_failed_step_stops_the_demo_without_done(tmp_path: Path) -> None:
-    settings = Settings(kernel_tuner_data=tmp_path / "absent")
+    local = LocalSettings(kernel_tuner_data=tmp_path / "absent")
     out = io.StringIO()
     with pytest.raises(DemoFailed, match=r"step 1 \(import Kernel Tuner data.*absent"):
         run_demo(
             Console(file=out, width=200),
-            settings=settings,
+            local=local,
             steps=ModelDemo().steps(),
             output_dir=tmp_path / "out",
         )

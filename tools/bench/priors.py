@@ -51,6 +51,7 @@ from tools.local_service import (
     quiet_client_logs,
     running_service,
 )
+from tools.settings import LocalSettings
 from tools.synthetic import FleetSimulator
 from tps import __version__
 from tps.errors import TPSError
@@ -231,7 +232,7 @@ def run_priors_bench(
             log.print(message)
 
     quiet_client_logs()
-    path = find_dataset(Settings().kernel_tuner_data)
+    path = find_dataset(LocalSettings().kernel_tuner_data)
     say(f"reading {path} (holding out {config.holdout})")
     split = load_split(path, holdout=config.holdout)
     load_before = os.getloadavg()[0]

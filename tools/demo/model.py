@@ -60,7 +60,7 @@ class ModelDemo:
         ]
 
     def import_data(self, ctx: DemoContext) -> None:
-        path = self.dataset or find_dataset(ctx.settings.kernel_tuner_data)
+        path = self.dataset or find_dataset(ctx.local.kernel_tuner_data)
         self.split = load_split(path, holdout=self.holdout)
         with ctx.client() as client:
             totals = push_runs(client, self.split.train)

@@ -26,6 +26,7 @@ from services.profiler_api.db import make_engine, recreate_database
 from services.profiler_api.settings import Settings
 from tools.embedded_postgres import database_url_or_embedded
 from tools.local_service import quiet_client_logs, running_service
+from tools.settings import LocalSettings
 from tps.errors import TPSError
 from tps.schemas import Prior, ProbeRun
 
@@ -44,6 +45,7 @@ class DemoContext:
     console: Console
     stack: ExitStack
     settings: Settings = field(default_factory=Settings)
+    local: LocalSettings = field(default_factory=LocalSettings)
     database_name: str = DEMO_DATABASE
     output_dir: Path = DEFAULT_OUTPUT
     database_url: str = ""
@@ -69,7 +71,7 @@ class DemoFailed(TPSError):
 
 def start_database(ctx: DemoContext) -> None:
     """Make the demo's own database on TPS_DATABASE_URL's server or the embedded one."""
-    server_url = database_url_or_embedded(ctx.settings)
+    server_url = database_url_or_embedded(ctx.settings, ctx.local)
     try:
         ctx.database_url = recreate_database(server_url, ctx.database_name)
     except (psycopg.Error, ValueError) as exc:
@@ -81,7 +83,7 @@ def start_database(ctx: DemoContext) -> None:
     where = (
         "TPS_DATABASE_URL's server"
         if ctx.settings.database_url
-        else f"embedded, {ctx.settings.data_dir}"
+        else f"embedded, {ctx.local.data_dir}"
     )
     ctx.console.print(
         f"Postgres ready ({where}); database {ctx.database_name!r} made afresh for the demo, "
@@ -165,6 +167,7 @@ def run_demo(
     console: Console,
     *,
     settings: Settings | None = None,
+    local: LocalSettings | None = None,
     steps: list[tuple[str, DemoStep]] | None = None,
     database: str = DEMO_DATABASE,
     output_dir: Path = DEFAULT_OUTPUT,
@@ -180,6 +183,7 @@ def run_demo(
             console=console,
             stack=stack,
             settings=settings or Settings(),
+            local=local or LocalSettings(),
             database_name=database,
             output_dir=output_dir,
         )
