@@ -33,6 +33,9 @@ DataPaths = Annotated[
     ),
 ]
 Seed = Annotated[int, typer.Option(help="seed of the model, the families and the baselines")]
+NEstimators = Annotated[
+    int | None, typer.Option(min=1, help="trees per booster (default: the model's)")
+]
 Threads = Annotated[
     int | None,
     typer.Option(min=1, help="LightGBM threads (1 is fastest on a box other jobs share)"),
@@ -269,12 +272,10 @@ def evaluate(
     all_holdouts: Annotated[
         bool, typer.Option("--all", help="hold out each hardware in turn (the whole table)")
     ] = False,
-    op: Annotated[str | None, typer.Option(help="only this op family")] = None,
+    op: Annotated[str | None, typer.Option(help="only this op")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
     plot: Annotated[Path | None, typer.Option(help="write a PNG of score@k, k = 1..20")] = None,
-    n_estimators: Annotated[
-        int | None, typer.Option(min=1, help="trees per booster (default: the model's)")
-    ] = None,
+    n_estimators: NEstimators = None,
     threads: Threads = None,
     seed: Seed = 0,
 ) -> None:
@@ -330,13 +331,11 @@ def train(
     dask_scheduler: Annotated[
         str | None, typer.Option(help="Dask scheduler address: train on the cluster")
     ] = None,
-    n_estimators: Annotated[
-        int | None, typer.Option(min=1, help="trees per booster (default: the model's)")
-    ] = None,
+    n_estimators: NEstimators = None,
     threads: Threads = None,
     seed: Seed = 0,
 ) -> None:
-    """Train one model per op family and write the artifact (prints its checksum).
+    """Train one model per op and write the artifact (prints its checksum).
 
     --data is required: measurements to learn from (the service retrains from its own database
     through POST /v1/admin/retrain instead).

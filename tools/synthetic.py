@@ -11,7 +11,7 @@ import hashlib
 import math
 import random
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -28,20 +28,20 @@ _TOKENS = (1, 8, 16, 64, 128, 512, 1024, 2048, 4096, 4095, 8192)
 
 def gemm_problems() -> list[ProblemKey]:
     """Return the GEMM problems of a transformer fleet (QKV, MLP up/down, logits)."""
-    problems: list[ProblemKey] = []
-    for hidden in _HIDDEN:
-        for tokens in _TOKENS:
-            for n, k in ((3 * hidden, hidden), (4 * hidden, hidden), (hidden, 4 * hidden)):
-                for dtype in ("bf16", "fp16"):
-                    problems.append(
-                        ProblemKey(
-                            op="gemm",
-                            dtype=dtype,
-                            dims={"m": tokens, "n": n, "k": k},
-                            trans_b=True,
-                        )
-                    )
-    return problems
+    return transformer_gemms(_HIDDEN, _TOKENS, ("bf16", "fp16"))
+
+
+def transformer_gemms(
+    hidden_sizes: Iterable[int], token_counts: Iterable[int], dtypes: Iterable[str]
+) -> list[ProblemKey]:
+    """Return the linear layers' GEMMs (QKV, MLP up, MLP down) of each size, token count, dtype."""
+    return [
+        ProblemKey(op="gemm", dtype=dtype, dims={"m": tokens, "n": n, "k": k}, trans_b=True)
+        for hidden in hidden_sizes
+        for tokens in token_counts
+        for n, k in ((3 * hidden, hidden), (4 * hidden, hidden), (hidden, 4 * hidden))
+        for dtype in dtypes
+    ]
 
 
 def gemm_candidates() -> list[Candidate]:

@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 
 from services.profiler_api.ingest import repository
-from tools.synthetic import gemm_candidates, gemm_problems
+from tools.synthetic import gemm_candidates, gemm_problems, transformer_gemms
 from tps.candidate import Candidate
 from tps.catalog import CATALOG
 from tps.hardware import SOFTWARE_FIELDS, HardwareSpec
@@ -61,19 +61,9 @@ def fleet_hardware() -> list[HardwareSpec]:
 
 def fleet_problems() -> list[ProblemKey]:
     """Return the suite's transformer GEMMs, then more hidden sizes and token counts."""
-    problems = list(gemm_problems())
-    for hidden in _MORE_HIDDEN:
-        for tokens in _MORE_TOKENS:
-            for n, k in ((3 * hidden, hidden), (4 * hidden, hidden), (hidden, 4 * hidden)):
-                for dtype in ("bf16", "fp16", "fp32"):
-                    problems.append(
-                        ProblemKey(
-                            op="gemm",
-                            dtype=dtype,
-                            dims={"m": tokens, "n": n, "k": k},
-                            trans_b=True,
-                        )
-                    )
+    problems = gemm_problems() + transformer_gemms(
+        _MORE_HIDDEN, _MORE_TOKENS, ("bf16", "fp16", "fp32")
+    )
     return list({p.key_hash(): p for p in problems}.values())
 
 
