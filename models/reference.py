@@ -41,9 +41,26 @@ def spec_vector(hardware: HardwareSpec) -> np.ndarray:
     )
 
 
+# spec_vector of specs seen lately, by identity (specs are frozen): spec distance runs once per
+# reference device for every (hardware, problem) group of every training fold.
+_VECTORS: dict[int, tuple[HardwareSpec, tuple[float, ...]]] = {}
+_MAX_VECTORS = 4096
+
+
+def _vector(hardware: HardwareSpec) -> tuple[float, ...]:
+    known = _VECTORS.get(id(hardware))
+    if known is not None and known[0] is hardware:
+        return known[1]
+    if len(_VECTORS) >= _MAX_VECTORS:
+        _VECTORS.clear()
+    vector = tuple(float(x) for x in spec_vector(hardware))
+    _VECTORS[id(hardware)] = (hardware, vector)
+    return vector
+
+
 def spec_distance(a: HardwareSpec, b: HardwareSpec) -> float:
     """Return how different two devices are by spec (0 for the same spec)."""
-    d = float(np.linalg.norm(spec_vector(a) - spec_vector(b)))
+    d = math.dist(_vector(a), _vector(b))
     if a.vendor != b.vendor:
         d += VENDOR_PENALTY
     if (a.warp_size or 32) != (b.warp_size or 32):

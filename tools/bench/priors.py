@@ -267,9 +267,12 @@ def run_priors_bench(
                     reports = json.loads(model_file.read_text())["metrics"]["reports"]
                 else:
                     say("retraining through POST /v1/admin/retrain")
+                    # The model answers first questions about the held-out GPU's problems, so
+                    # it learns their ops; the generated fleet is what the observed priors read.
                     job = retrain(
                         admin,
                         {
+                            "ops": sorted({run.problem.op for run in split.train}),
                             "max_candidates": config.max_candidates,
                             "n_estimators": config.n_estimators,
                         },
