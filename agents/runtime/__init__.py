@@ -9,6 +9,9 @@
 problems the program ran, with counts, to a shape list that `tps agent run` probes
 later; `tune` probes a miss at once (within the probe budget) and then dispatches it.
 With `service=`, a host with an empty cache asks the fleet once per model.
+
+    with tps_runtime.compiled(session):           # torch.compile: inductor's GEMM search
+        compiled_model(inputs)                    # once per fleet, the winners everywhere
 """
 
 from __future__ import annotations
@@ -20,10 +23,13 @@ from contextlib import contextmanager
 from typing import Any
 
 from agents.runtime.dispatch import AdmissionSettings, Mode, Route, Runtime, RuntimeStats
+from agents.runtime.inductor import InductorFleet, compiled
 from agents.runtime.session import RuntimeSession, open_session
 
 __all__ = [
     "AdmissionSettings",
+    "InductorFleet",
+    "compiled",
     "Mode",
     "Route",
     "Runtime",

@@ -26,6 +26,7 @@ class RuntimeSession:
     """A Runtime plus the resources it was opened with; `close()` saves and pushes."""
 
     runtime: Runtime
+    host_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     fleet: FleetPriors | None = None
     record: Path | None = None
     pusher: Any = None
@@ -115,9 +116,10 @@ def open_session(
         probe_cache = cache
     else:
         probe_cache = ProbeCache.load(Path(cache) if cache is not None else agent.cache_path)
+    host = _host_id(agent)
     engine = build_engine(
         device=device,
-        host_id=_host_id(agent),
+        host_id=host,
         settings=probe_settings or agent.probe,
         providers=providers,
         bans_path=bans,
@@ -134,6 +136,7 @@ def open_session(
             admission=admission or AdmissionSettings(min_gain=engine.settings.min_gain),
             native_backends=NATIVE_ON_ROCM if engine.device.is_rocm else frozenset(),
         ),
+        host_id=host,
         record=Path(record) if record is not None else None,
     )
     if engine.device.is_rocm:

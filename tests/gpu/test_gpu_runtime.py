@@ -177,3 +177,42 @@ def test_layers_without_a_winner_settle_and_a_winner_keeps_routing(tmp_path):
     err = float((got.float() - expected.float()).norm() / expected.float().norm())
     assert err < 2e-2, err
     session.close()
+
+
+def test_compiled_searches_a_product_once_and_a_second_host_compiles_it_with_no_search(tmp_path):
+    """Host 1's compile searches each GEMM and records it; host 2 compiles the winner alone."""
+    import torch._inductor.config as inductor_config
+
+    from agents.runtime import compiled
+
+    layer = torch.nn.Linear(1024, 3072, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(32, 1024, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        reference = torch.relu(layer(x))
+
+    def host(name):
+        return open_session(
+            device="cuda",
+            cache=ProbeCache(tmp_path / f"{name}.json"),
+            bans=tmp_path / f"{name}-b.json",
+        )
+
+    first, runs = host("host1"), []
+    first.runtime.on_probe = runs.append
+    with inductor_config.patch(force_disable_caches=True), torch.no_grad():
+        torch._dynamo.reset()
+        f1 = torch.compile(lambda t: torch.relu(layer(t)))
+        with compiled(first) as fleet1:
+            y1 = f1(x)
+        assert fleet1.stats.searched >= 1 and runs and fleet1.stats.hits == 0
+        assert all(len(r.measurements) > 1 and r.winner_id for r in runs)
+        second = host("host2")  # the fleet's answer, as the service would give it
+        second.runtime.cache.merge(first.runtime.cache.entries())
+        torch._dynamo.reset()
+        f2 = torch.compile(lambda t: torch.relu(layer(t)))
+        with compiled(second) as fleet2:
+            y2 = f2(x)
+    assert fleet2.stats.hits >= 1 and fleet2.stats.searched == 0
+    torch.testing.assert_close(y1, reference, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(y2, reference, atol=2e-2, rtol=2e-2)
+    first.close(), second.close()

@@ -97,11 +97,21 @@ class CaseResult:
     tunableop_ms: float | None = None
     tunableop_tuning_s: float | None = None
     compile_ms: float | None = None
+    compile_s: float | None = None  # the default compile's first call, cold
+    # host 1 under tps_runtime.compiled: inductor searches each GEMM once, TPS records it
     compile_tps_ms: float | None = None
     compile_tps_speedup: float | None = None
+    compile_tps_tuning_s: float | None = None
+    compile_tps_searched: int | None = None
     max_autotune_ms: float | None = None
     max_autotune_tuning_s: float | None = None
     tps_vs_max_autotune: float | None = None
+    # host 2, empty cache, same GPU: the fleet's GEMM winners, compiled with no search
+    second_host_compile_tps_ms: float | None = None
+    second_host_compile_s: float | None = None
+    second_host_compile_searched: int | None = None
+    second_host_compile_hits: int | None = None
+    second_host_vs_max_autotune: float | None = None
     second_host_probes: int | None = None
     second_host_speedup: float | None = None
     second_host_warm_start_s: float | None = None
@@ -247,7 +257,8 @@ def run_case(
     result.probes = rt.stats.probes
     result.near_ties = rt.stats.near_ties
     with _noted(result, "torch.compile"):
-        _compiled(model, tuned_model, forward, clock, result, compile_modes)
+        hosts = FleetHosts(first=first, workdir=workdir, service=service, token=token)
+        _compiled(model, tuned_model, forward, clock, result, compile_modes, hosts)
     del tuned_model
     with _noted(result, "TunableOp"):
         _tunableop(model, forward, clock, result, device, workdir)
@@ -281,36 +292,84 @@ def _compiled(
     clock: Clock,
     result: CaseResult,
     compile_modes: tuple[str, ...],
+    fleet: FleetHosts,
 ) -> None:
+    """Compile cold (no inductor caches), in this order: default, max-autotune, TPS, TPS host 2.
+
+    Host 1 compiles the tuned model inside `tps_runtime.compiled`: inductor searches each
+    GEMM as max-autotune does and TPS records the searches, which go to the service. Host 2,
+    with an empty cache, compiles a fresh copy with the fleet's winners and no search.
+    """
     import torch
+    import torch._inductor.config as inductor_config
+
+    from agents import runtime as tps_runtime
+
+    device = str(next(model.parameters()).device)
+
+    def first_call(run: Callable[[], Any]) -> float:
+        start = time.perf_counter()
+        run()
+        _sync(device)
+        return time.perf_counter() - start
 
     torch._dynamo.reset()
     variants: dict[str, Callable[[], Any]] = {}
-    if "default" in compile_modes:
-        variants["compile"] = forward(torch.compile(model))
-        variants["compile_tps"] = forward(torch.compile(tuned_model))
-        variants["compile"](), variants["compile_tps"]()
-    if "max-autotune" in compile_modes:
-        # A copy of its own: one module compiled in two modes would share cached frames.
-        autotuned = copy.deepcopy(model)
-        start = time.perf_counter()
-        variants["max_autotune"] = forward(
-            torch.compile(autotuned, mode="max-autotune-no-cudagraphs")
-        )
-        variants["max_autotune"]()
-        _sync(str(next(model.parameters()).device))
-        result.max_autotune_tuning_s = time.perf_counter() - start
+    with inductor_config.patch(force_disable_caches=True):
+        if "default" in compile_modes:
+            variants["compile"] = forward(torch.compile(model))
+            result.compile_s = first_call(variants["compile"])
+        if "max-autotune" in compile_modes:
+            # A copy of its own: one module compiled in two modes would share cached frames.
+            autotuned = copy.deepcopy(model)
+            variants["max_autotune"] = forward(
+                torch.compile(autotuned, mode="max-autotune-no-cudagraphs")
+            )
+            result.max_autotune_tuning_s = first_call(variants["max_autotune"])
+        if "default" in compile_modes:
+            variants["compile_tps"] = forward(torch.compile(tuned_model))
+            with tps_runtime.compiled(fleet.first) as searched:
+                result.compile_tps_tuning_s = first_call(variants["compile_tps"])
+            result.compile_tps_searched = searched.stats.searched
+            fleet.first.flush()  # host 1's searches go to the service
+            if fleet.service is not None:
+                second = _host(device, fleet.workdir, "host2-compiled", fleet.service, fleet.token)
+                # dynamic=False (a static shape compiles the same): a compile call equal to
+                # an earlier one would let dynamo reuse that one's graph for this copy.
+                variants["second_host_compile_tps"] = forward(
+                    torch.compile(copy.deepcopy(model), dynamic=False)
+                )
+                with tps_runtime.compiled(second) as served:
+                    result.second_host_compile_s = first_call(variants["second_host_compile_tps"])
+                result.second_host_compile_searched = served.stats.searched
+                result.second_host_compile_hits = served.stats.hits
+                second.close()
     if not variants:
         return
     times = clock.side_by_side(variants)
     result.compile_ms = times.get("compile")
     result.compile_tps_ms = times.get("compile_tps")
     result.max_autotune_ms = times.get("max_autotune")
+    result.second_host_compile_tps_ms = times.get("second_host_compile_tps")
     if result.compile_ms and result.compile_tps_ms:
         result.compile_tps_speedup = result.compile_ms / result.compile_tps_ms
     if result.max_autotune_ms and result.compile_tps_ms:
         result.tps_vs_max_autotune = result.max_autotune_ms / result.compile_tps_ms
+    if result.max_autotune_ms and result.second_host_compile_tps_ms:
+        result.second_host_vs_max_autotune = (
+            result.max_autotune_ms / result.second_host_compile_tps_ms
+        )
     torch._dynamo.reset()
+
+
+@dataclass
+class FleetHosts:
+    """Host 1's open session and where a second host of the fleet would find the service."""
+
+    first: Any
+    workdir: Path
+    service: str | None
+    token: str | None
 
 
 def _tunableop(

@@ -1,0 +1,362 @@
+"""Inductor's GEMM search, done once per fleet: the compiled twin of the runtime.
+
+Under `max-autotune`, inductor times every template configuration of every GEMM it
+compiles, on every host, at every cold start: that search is most of its compile time.
+Inside `compiled(session)`:
+
+- a product whose winner this host's cache or the fleet knows compiles with that one
+  configuration: inductor's lookup table, so nothing is timed and epilogues still fuse;
+- a product nobody measured yet is searched by inductor as under max-autotune, and TPS
+  records every configuration it timed: a probe run per product, cached here and pushed
+  to the service, so the next host of the same GPU model compiles it with no search.
+
+A problem is inductor's product exactly (op, dtypes, shapes, strides, scalars); its
+candidates are inductor's template configurations (backend `inductor`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import re
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tps.bounds import KEY_PATTERN
+from tps.candidate import MAX_PARAMS, Candidate
+from tps.problem import ProblemKey
+from tps.schemas import MAX_MEASUREMENTS_PER_RUN, Measurement, ProbeRun
+
+if TYPE_CHECKING:
+    from agents.runtime.session import RuntimeSession
+
+log = logging.getLogger("agents.runtime")
+
+BACKEND = "inductor"
+TEMPLATE_ID = "template_id"
+OPS = frozenset({"mm", "addmm", "bmm"})
+DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}
+MAX_STR_PARAM = 256
+
+
+def inductor_problem(
+    op_name: str,
+    dtypes: Sequence[Any],
+    shapes: Sequence[Sequence[int]],
+    strides: Sequence[Sequence[int]],
+    scalars: dict[str, Any] | None = None,
+) -> ProblemKey | None:
+    """The problem of one product inductor compiles, or None where TPS does not tune it.
+
+    `addmm` names (bias, a, b), `mm` (a, b) and `bmm` (a, b) with a batch dimension. The
+    variant holds the op and a digest of every input's dtype, shape and stride and the
+    scalars (alpha, beta), so two products share a problem only when inductor's lookup
+    would give them the same configuration.
+    """
+    if op_name not in OPS or len(shapes) != len(strides) or len(shapes) != len(dtypes):
+        return None
+    operands = list(zip(dtypes, shapes, strides, strict=True))
+    if op_name == "addmm":
+        operands = operands[1:]
+    if len(operands) != 2:
+        return None
+    (dtype_a, shape_a, stride_a), (dtype_b, shape_b, stride_b) = operands
+    rank = 3 if op_name == "bmm" else 2
+    if len(shape_a) != rank or len(shape_b) != rank or str(dtype_a) != str(dtype_b):
+        return None
+    dtype = DTYPES.get(str(dtype_a))
+    if dtype is None:
+        return None
+    m, k = int(shape_a[-2]), int(shape_a[-1])
+    n = int(shape_b[-1])
+    if int(shape_b[-2]) != k or min(m, n, k) < 1:
+        return None
+    dims = {"m": m, "n": n, "k": k}
+    if rank == 3:
+        dims["batch"] = int(shape_a[0])
+    inputs = [
+        (str(d), [int(x) for x in s], [int(x) for x in st])
+        for d, s, st in zip(dtypes, shapes, strides, strict=True)
+    ]
+    named = sorted((str(key), repr(value)) for key, value in (scalars or {}).items())
+    layout = repr((op_name, inputs, named))
+    digest = hashlib.sha256(layout.encode()).hexdigest()[:20]
+    return ProblemKey(
+        op="gemm",
+        dtype=dtype,
+        dims=dims,
+        trans_a=_column_major(shape_a, stride_a),
+        trans_b=_column_major(shape_b, stride_b),
+        variant=f"{BACKEND}:{op_name}:{digest}",
+    )
+
+
+def _column_major(shape: Sequence[int], stride: Sequence[int]) -> bool:
+    rows, cols = int(shape[-2]), int(shape[-1])
+    return int(stride[-2]) == 1 and int(stride[-1]) != 1 and rows > 1 and cols > 1
+
+
+def config_candidate(template_id: str, kwargs: dict[str, Any]) -> Candidate | None:
+    """The candidate of one template configuration: its JSON-scalar parameters.
+
+    Values that are not plain scalars (epilogue functions, layouts) are inductor's own
+    derivations from the problem; the lookup rebuilds them, so they are not stored.
+    """
+    params: dict[str, Any] = {TEMPLATE_ID: template_id}
+    for name, value in sorted(kwargs.items()):
+        if len(params) >= MAX_PARAMS or not _is_key(name):
+            continue
+        if isinstance(value, bool | int):
+            params[name] = value
+        elif isinstance(value, float) and math.isfinite(value):
+            params[name] = value
+        elif isinstance(value, str) and len(value) <= MAX_STR_PARAM and "\x00" not in value:
+            params[name] = value
+    try:
+        return Candidate(backend=BACKEND, params=params)
+    except ValueError:
+        return None
+
+
+def _is_key(name: str) -> bool:
+    return 0 < len(name) <= 64 and re.fullmatch(KEY_PATTERN, name) is not None
+
+
+def lookup_config(candidate: Candidate) -> dict[str, Any]:
+    """The lookup-table entry of a candidate: its parameters, template id included."""
+    return dict(candidate.params)
+
+
+@dataclass
+class CompiledStats:
+    """What a compiled block did: products served from the cache or fleet, products searched."""
+
+    hits: int = 0
+    fleet_hits: int = 0
+    searched: int = 0
+    recorded_runs: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+class InductorFleet:
+    """The winners of inductor's GEMM search on this hardware: cache, fleet and recorder."""
+
+    def __init__(self, session: RuntimeSession) -> None:
+        self.session = session
+        self.stats = CompiledStats()
+        self._asked: set[str] = set()
+        self._problems: dict[str, ProblemKey] = {}
+
+    # -- lookup: what inductor asks while it lowers a product -----------------------------
+    def configs(self, problem: ProblemKey) -> list[dict[str, Any]] | None:
+        """The one configuration to compile `problem` with, or None: inductor searches."""
+        rt = self.session.runtime
+        entry = rt.cache.get(problem, rt.hardware)
+        if entry is None and self.session.fleet is not None:
+            entry = self._ask_fleet(problem)
+            if entry is not None:
+                self.stats.fleet_hits += 1
+        if entry is None or entry.winner.backend != BACKEND:
+            return None
+        self.stats.hits += 1
+        return [lookup_config(entry.winner)]
+
+    def _ask_fleet(self, problem: ProblemKey) -> Any:
+        from agents.cache import CacheEntry
+        from agents.runtime.fleet import FleetError
+
+        key = problem.key_hash()
+        if key in self._asked or self.session.fleet is None:
+            return None
+        self._asked.add(key)
+        rt = self.session.runtime
+        try:
+            (prior,) = self.session.fleet.fetch(rt.hardware, [problem])
+        except FleetError as exc:
+            log.warning("no fleet answer for %s; inductor searches: %s", problem.canonical(), exc)
+            return None
+        observed = [c for c in prior.candidates if c.candidate.backend == BACKEND and c.median_us]
+        if prior.source != "observed" or not observed:
+            return None
+        best = min(observed, key=lambda c: c.rank)
+        entry = CacheEntry(
+            problem=problem,
+            hardware_fingerprint=rt.hardware.fingerprint(),
+            software_key=rt.hardware.software_key(),
+            winner=best.candidate,
+            median_us=best.median_us,
+            source="fleet",
+            torch_version=rt.hardware.torch_version,
+            blas_version=rt.hardware.blas_version,
+        )
+        rt.cache.merge([entry])
+        return entry
+
+    # -- recording: what inductor timed when it had to search -----------------------------
+    def record(
+        self, problem: ProblemKey, timed: Sequence[tuple[Candidate, float]]
+    ) -> ProbeRun | None:
+        """Turn one search's timings (milliseconds) into a probe run: cached, then pushed."""
+        measurements: dict[str, Measurement] = {}
+        for candidate, ms in timed:
+            if candidate.id in measurements:
+                continue
+            if math.isfinite(ms) and ms > 0:
+                measurements[candidate.id] = Measurement(
+                    candidate=candidate, median_us=ms * 1000.0, samples=1
+                )
+            else:
+                measurements[candidate.id] = Measurement(
+                    candidate=candidate, valid=False, error="inductor could not run it"
+                )
+        if not measurements:
+            return None
+        valid = [m for m in measurements.values() if m.valid and m.median_us is not None]
+        winner = min(valid, key=lambda m: m.median_us or math.inf) if valid else None
+        rt = self.session.runtime
+        run = ProbeRun(
+            run_id=uuid.uuid4(),
+            host_id=self.session.host_id,
+            hardware=rt.hardware,
+            problem=problem,
+            measurements=list(measurements.values())[:MAX_MEASUREMENTS_PER_RUN],
+            winner_id=winner.candidate.id if winner is not None else None,
+            source=BACKEND,
+            rationale="inductor's GEMM search under max-autotune, recorded by TPS",
+        )
+        rt.cache.put(run)
+        if rt.on_probe is not None:
+            rt.on_probe(run)
+        self.stats.searched += 1
+        self.stats.recorded_runs += 1
+        return run
+
+    # -- the hooks inductor calls --------------------------------------------------------
+    def problem_of(self, kernel_inputs: Any, op_name: str) -> ProblemKey | None:
+        try:
+            problem = inductor_problem(
+                op_name,
+                kernel_inputs.dtypes(),
+                kernel_inputs.shapes_hinted(),
+                kernel_inputs.strides_hinted(),
+                dict(getattr(kernel_inputs, "_scalars", None) or {}),
+            )
+        except (TypeError, ValueError) as exc:  # symbolic sizes, an unknown layout
+            log.debug("inductor product %s not tuned: %s", op_name, exc)
+            return None
+        if problem is not None:
+            self._problems.setdefault(problem.key_hash(), problem)
+            if problem.canonical() not in self.stats.problems:
+                self.stats.problems.append(problem.canonical())
+        return problem
+
+    def feedback(
+        self,
+        timings: dict[Any, float],
+        name: str,
+        input_nodes: Any,
+        choices: Any,
+        *_: Any,
+    ) -> None:
+        """Inductor's feedback after a search: the timings of the choices TPS tagged."""
+        by_problem: dict[str, list[tuple[Candidate, float]]] = {}
+        for choice, ms in timings.items():
+            tag = (getattr(choice, "annotations", None) or {}).get("tps")
+            if tag is None:
+                continue
+            problem_hash, candidate = tag
+            by_problem.setdefault(problem_hash, []).append((candidate, float(ms)))
+        for problem_hash, timed in by_problem.items():
+            problem = self._problems.get(problem_hash)
+            if problem is not None:
+                self.record(problem, timed)
+
+
+def _choices_class() -> type:
+    """A subclass of inductor's lookup-table choices that asks TPS (built on first use)."""
+    from torch._inductor.lookup_table import LookupTableChoices
+
+    class TpsChoices(LookupTableChoices):
+        def __init__(self, fleet: InductorFleet) -> None:
+            super().__init__()
+            self.fleet = fleet
+
+        def lookup_template_configs(
+            self,
+            kernel_inputs: Any,
+            op_name: str,
+            template_uids: list[str],
+            template_hash_map: Any = None,
+        ) -> dict[str, list[dict[str, Any]]]:
+            problem = self.fleet.problem_of(kernel_inputs, op_name)
+            configs = self.fleet.configs(problem) if problem is not None else None
+            if not configs:
+                return {}
+            grouped: dict[str, list[dict[str, Any]]] = {}
+            for config in configs:
+                template_id = config[TEMPLATE_ID]
+                if template_id in template_uids:
+                    kwargs = {k: v for k, v in config.items() if k != TEMPLATE_ID}
+                    grouped.setdefault(template_id, []).append(kwargs)
+            return grouped
+
+        def _fallback(
+            self,
+            template_choices: Any,
+            kernel_inputs: Any,
+            templates: Any,
+            op_name: str,
+            kwarg_overrides: Any = None,
+        ) -> Any:
+            chosen = super()._fallback(
+                template_choices, kernel_inputs, templates, op_name, kwarg_overrides
+            )
+            problem = self.fleet.problem_of(kernel_inputs, op_name)
+            if problem is None:
+                return chosen
+            for ktc in chosen:
+                annotations = getattr(ktc, "annotations", None)
+                candidate = config_candidate(ktc.template.uid, ktc.params.to_kwargs())
+                if isinstance(annotations, dict) and candidate is not None:
+                    annotations["tps"] = (problem.key_hash(), candidate)
+            return chosen
+
+    return TpsChoices
+
+
+@contextmanager
+def compiled(session: RuntimeSession | None = None, **options: Any) -> Iterator[InductorFleet]:
+    """Compile inside the block with the fleet's GEMM winners; search and record the rest.
+
+    Give an open `session` or the options of `open_session`. The first call of a
+    compiled model compiles it, so that call belongs inside the block.
+    """
+    import torch._inductor.config as inductor_config
+    from torch._inductor import select_algorithm
+    from torch._inductor.virtualized import V
+
+    from agents.runtime.session import open_session
+
+    own = session is None
+    session = session or open_session(**options)
+    fleet = InductorFleet(session)
+    handler = _choices_class()(fleet)
+    saver = select_algorithm.get_algorithm_selector_cache()  # the one that searches
+    with ExitStack() as stack:
+        stack.enter_context(inductor_config.patch(max_autotune_gemm=True))
+        stack.enter_context(V.set_choices_handler(handler))
+        saver.add_feedback_saver(fleet.feedback)
+        try:
+            yield fleet
+        finally:
+            if fleet.feedback in saver.feedback_saver_fns:
+                saver.feedback_saver_fns.remove(fleet.feedback)
+            rt = session.runtime
+            if rt.cache.path is not None:
+                rt.cache.save()
+            if own:
+                session.close()

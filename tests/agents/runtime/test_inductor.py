@@ -1,0 +1,187 @@
+"""Inductor's GEMM search once per fleet: problems, recorded searches, lookups, the fleet."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import torch
+
+from agents.runtime import RuntimeSession, compiled
+from agents.runtime.inductor import (
+    BACKEND,
+    InductorFleet,
+    _choices_class,
+    config_candidate,
+    inductor_problem,
+)
+
+BF16 = torch.bfloat16
+
+
+def mm_problem(m: int = 4, n: int = 48, k: int = 64, **scalars: Any):
+    return inductor_problem("mm", [BF16, BF16], [[m, k], [k, n]], [[k, 1], [n, 1]], scalars)
+
+
+def test_products_map_to_exact_problems():
+    mm = mm_problem()
+    assert mm is not None and mm.op == "gemm" and mm.dtype == "bf16"
+    assert mm.dims == {"m": 4, "n": 48, "k": 64} and not mm.trans_a and not mm.trans_b
+    # nn.Linear's weight is stored [N, K]: B is its transpose, column-major.
+    linear = inductor_problem("mm", [BF16, BF16], [[4, 64], [64, 48]], [[64, 1], [1, 64]])
+    assert linear is not None and linear.trans_b and linear.key_hash() != mm.key_hash()
+    addmm = inductor_problem(
+        "addmm", [BF16] * 3, [[4, 48], [4, 64], [64, 48]], [[0, 1], [64, 1], [48, 1]],
+        {"alpha": 1, "beta": 1},
+    )  # fmt: skip
+    assert addmm is not None and addmm.dims == mm.dims and addmm.key_hash() != mm.key_hash()
+    assert addmm.variant.startswith(f"{BACKEND}:addmm:")
+    bmm = inductor_problem("bmm", [BF16, BF16], [[8, 4, 64], [8, 64, 48]], [[256, 64, 1]] * 2)
+    assert bmm is not None and bmm.dims == {"m": 4, "n": 48, "k": 64, "batch": 8}
+    # The same product twice is one problem; other scalars are another.
+    assert mm_problem().key_hash() == mm.key_hash()
+    assert mm_problem(alpha=2).key_hash() != mm.key_hash()
+
+
+@pytest.mark.parametrize(
+    ("op", "dtypes", "shapes"),
+    [
+        ("scaled_mm", [BF16, BF16], [[4, 64], [64, 48]]),  # not tuned here
+        ("mm", [BF16, torch.float16], [[4, 64], [64, 48]]),  # mixed dtypes
+        ("mm", [torch.int8, torch.int8], [[4, 64], [64, 48]]),  # no such dtype
+        ("mm", [BF16, BF16], [[4, 64], [32, 48]]),  # inner dims disagree
+        ("bmm", [BF16, BF16], [[4, 64], [64, 48]]),  # bmm without a batch
+    ],
+)
+def test_products_tps_does_not_tune_are_left_to_inductor(op, dtypes, shapes):
+    strides = [[s[-1], 1] for s in shapes]
+    assert inductor_problem(op, dtypes, shapes, strides) is None
+
+
+def test_a_configuration_keeps_its_scalars_only():
+    candidate = config_candidate(
+        "triton::mm",
+        {
+            "BLOCK_M": 64, "num_warps": 4, "EVEN_K": True, "ACC_TYPE": "tl.float32",
+            "epilogue_fn": lambda x: x, "hint_override": None, "scale": math.inf,
+            "bad key!": 1,
+        },
+    )  # fmt: skip
+    assert candidate is not None and candidate.backend == BACKEND
+    assert candidate.params == {
+        "template_id": "triton::mm", "BLOCK_M": 64, "num_warps": 4, "EVEN_K": True,
+        "ACC_TYPE": "tl.float32",
+    }  # fmt: skip
+
+
+@dataclass(eq=False)
+class Choice:
+    """What inductor hands a feedback function: a choice with the annotations TPS set."""
+
+    annotations: dict[str, Any] = field(default_factory=dict)
+
+
+def searched(fleet: InductorFleet, problem, timings_ms: dict[str, float]) -> None:
+    """Feed `fleet` one search of `problem`: BLOCK_M values timed in milliseconds."""
+    fleet._problems[problem.key_hash()] = problem
+    timings: dict[Any, float] = {}
+    for block, ms in timings_ms.items():
+        candidate = config_candidate("triton::mm", {"BLOCK_M": int(block)})
+        timings[Choice({"tps": (problem.key_hash(), candidate)})] = ms
+    timings[Choice()] = 0.001  # an untagged choice (another product's) is not TPS's
+    fleet.feedback(timings, "mm", [], list(timings))
+
+
+def test_a_search_becomes_a_probe_run_and_the_cached_winner(make_runtime, cpu_hardware):
+    runs = []
+    rt = make_runtime()
+    rt.on_probe = runs.append
+    fleet = InductorFleet(RuntimeSession(runtime=rt))
+    problem = mm_problem()
+    assert fleet.configs(problem) is None  # nothing known: inductor searches
+    searched(fleet, problem, {"32": 0.020, "64": 0.012, "128": math.inf})
+    (run,) = runs
+    assert run.problem == problem and run.source == BACKEND and len(run.measurements) == 3
+    by_block = {m.candidate.params["BLOCK_M"]: m for m in run.measurements}
+    assert by_block[64].median_us == pytest.approx(12.0) and run.winner_id == by_block[64].candidate.id
+    assert not by_block[128].valid and by_block[128].error
+    assert fleet.configs(problem) == [{"template_id": "triton::mm", "BLOCK_M": 64}]
+    assert fleet.stats.searched == 1 and fleet.stats.hits == 1
+    assert rt.cache.get(problem, cpu_hardware).winner.params["BLOCK_M"] == 64
+
+
+def test_the_lookup_answers_only_templates_in_use(make_runtime):
+    rt = make_runtime()
+    fleet = InductorFleet(RuntimeSession(runtime=rt))
+    problem = mm_problem()
+    searched(fleet, problem, {"64": 0.012})
+
+    class Inputs:  # inductor's KernelInputs, as far as the lookup reads it
+        _scalars: dict[str, Any] = {}
+
+        def dtypes(self):
+            return [BF16, BF16]
+
+        def shapes_hinted(self):
+            return [[4, 64], [64, 48]]
+
+        def strides_hinted(self):
+            return [[64, 1], [48, 1]]
+
+    choices = _choices_class()(fleet)
+    found = choices.lookup_template_configs(Inputs(), "mm", ["triton::mm", "aten::mm"])
+    assert found == {"triton::mm": [{"BLOCK_M": 64}]}
+    assert choices.lookup_template_configs(Inputs(), "mm", ["aten::mm"]) == {}
+    assert choices.lookup_template_configs(Inputs(), "bmm", ["triton::bmm"]) == {}
+
+
+def test_compiling_inside_the_block_leaves_inductor_as_it_was(make_runtime):
+    from torch._inductor import select_algorithm
+    from torch._inductor.virtualized import V
+
+    before = type(V.choices)
+    saver = select_algorithm.get_algorithm_selector_cache()
+    session = RuntimeSession(runtime=make_runtime())
+    f = torch.compile(lambda a, b: torch.mm(a, b).relu(), fullgraph=True)
+    a, b = torch.randn(8, 16), torch.randn(16, 4)
+    with compiled(session) as fleet:
+        assert type(V.choices).__name__ == "TpsChoices"
+        assert fleet.feedback in saver.feedback_saver_fns
+        out = f(a, b)
+    assert torch.allclose(out, torch.mm(a, b).relu())
+    assert type(V.choices) is before and fleet.feedback not in saver.feedback_saver_fns
+
+
+def test_a_second_host_compiles_the_fleets_winner_without_a_search(make_runtime, live_service):
+    """Host 1's recorded search goes to the real service; host 2 asks once and gets its winner."""
+    import httpx
+
+    from agents.runtime.fleet import FleetPriors
+    from tests.factories import batch_body
+
+    runs = []
+    first = make_runtime()
+    first.on_probe = runs.append
+    problem = mm_problem(m=7)
+    searched(InductorFleet(RuntimeSession(runtime=first)), problem, {"32": 0.020, "64": 0.012})
+    with live_service.client() as client:
+        pushed = client.post(
+            "/v1/probe-runs", content=batch_body(runs), headers={"Content-Type": "application/json"}
+        )
+        assert pushed.status_code in (200, 201), pushed.text
+
+    second = make_runtime()
+    second.cache = type(first.cache)(None)  # an empty cache of its own
+    with httpx.Client(base_url=live_service.base_url) as client:
+        fleet_priors = FleetPriors(client=client, token=live_service.agent_token, margin=0.01)
+        asked = []
+        fetch = fleet_priors.fetch
+        fleet_priors.fetch = lambda hw, ps: asked.append(len(ps)) or fetch(hw, ps)  # type: ignore[method-assign]
+        fleet = InductorFleet(RuntimeSession(runtime=second, fleet=fleet_priors))
+        assert fleet.configs(problem) == [{"template_id": "triton::mm", "BLOCK_M": 64}]
+        assert fleet.configs(problem) is not None  # now from this host's cache
+        assert fleet.configs(mm_problem(m=9)) is None  # never measured: inductor searches
+        assert fleet.configs(mm_problem(m=9)) is None  # and the fleet is asked once only
+    assert asked == [1, 1] and fleet.stats.fleet_hits == 1 and fleet.stats.searched == 0
