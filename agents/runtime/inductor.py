@@ -149,6 +149,7 @@ class InductorFleet:
         self.session = session
         self.stats = CompiledStats()
         self._asked: set[str] = set()
+        self._recorded: set[str] = set()
         self._problems: dict[str, ProblemKey] = {}
 
     # -- lookup: what inductor asks while it lowers a product -----------------------------
@@ -272,7 +273,9 @@ class InductorFleet:
             by_problem.setdefault(problem_hash, []).append((candidate, float(ms)))
         for problem_hash, timed in by_problem.items():
             problem = self._problems.get(problem_hash)
-            if problem is not None:
+            # inductor reports a product again wherever the graph repeats it: record it once
+            if problem is not None and problem_hash not in self._recorded:
+                self._recorded.add(problem_hash)
                 self.record(problem, timed)
 
 
