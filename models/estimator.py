@@ -59,6 +59,7 @@ class LatencyModel:
         reference_features: bool = True,
         seed: int = 0,
         n_jobs: int = 2,
+        rows_per_tree: int = 200_000,
     ) -> None:
         self.op = op
         self.n_estimators = n_estimators
@@ -71,12 +72,13 @@ class LatencyModel:
         self.reference_features = reference_features
         self.seed = seed
         self.n_jobs = n_jobs
+        self.rows_per_tree = rows_per_tree
 
     def get_params(self) -> dict[str, Any]:
         """Return the constructor parameters (as scikit-learn estimators do)."""
         names = (
             "op n_estimators learning_rate num_leaves min_child_samples colsample "
-            "label_step max_group_rows reference_features seed n_jobs"
+            "label_step max_group_rows reference_features seed n_jobs rows_per_tree"
         ).split()
         return {name: getattr(self, name) for name in names}
 
@@ -137,7 +139,7 @@ class LatencyModel:
         matrix: np.ndarray = frame.reindex(columns=self.feature_names_).to_numpy(dtype=np.float64)
         return matrix
 
-    def _lgb_params(self, objective: str) -> dict[str, Any]:
+    def _lgb_params(self, objective: str, rows: int = 0) -> dict[str, Any]:
         params: dict[str, Any] = {
             "objective": objective,
             "learning_rate": self.learning_rate,
@@ -153,6 +155,14 @@ class LatencyModel:
         if objective == "lambdarank":
             params["lambdarank_truncation_level"] = 64
             params["eval_at"] = [1, 5]
+        if rows > self.rows_per_tree:
+            # Past this many rows each tree learns from a fresh random sample of them
+            # (LightGBM's bagging; whole queries for the ranker): a tree's cost stops
+            # growing with the fleet's data, and every row still takes part.
+            params["bagging_fraction"] = self.rows_per_tree / rows
+            params["bagging_freq"] = 1
+            if objective == "lambdarank":
+                params["bagging_by_query"] = True
         return params
 
     # -- training -----------------------------------------------------------------------
@@ -199,12 +209,12 @@ class LatencyModel:
         y_reg = np.log(frame.loc[valid, "median_us"].to_numpy())
         if client is None:
             self.ranker_ = lgb.train(
-                self._lgb_params("lambdarank"),
+                self._lgb_params("lambdarank", len(y_rank)),
                 lgb.Dataset(X_rank, y_rank, group=sizes, free_raw_data=True),
                 num_boost_round=self.n_estimators,
             )
             self.regressor_ = lgb.train(
-                self._lgb_params("regression"),
+                self._lgb_params("regression", len(y_reg)),
                 lgb.Dataset(X_reg, y_reg, free_raw_data=True),
                 num_boost_round=self.n_estimators,
             )
@@ -216,8 +226,8 @@ class LatencyModel:
                 rank=(X_rank, y_rank, sizes),
                 regression=(X_reg, y_reg),
                 params={
-                    "ranker": self._lgb_params("lambdarank"),
-                    "regressor": self._lgb_params("regression"),
+                    "ranker": self._lgb_params("lambdarank", len(y_rank)),
+                    "regressor": self._lgb_params("regression", len(y_reg)),
                 },
                 n_estimators=self.n_estimators,
             )

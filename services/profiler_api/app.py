@@ -106,7 +106,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = metrics
     active = ActiveModelCache(check_interval_s=settings.model_check_interval_s)
     sources = build_prior_sources(settings.prior_sources, active=active)
-    cache = PriorAnswerCache(size=settings.priors_cache_size, ttl_s=settings.priors_cache_s)
+    cache = PriorAnswerCache(size=settings.priors_cache_size, ttl_s=settings.priors_cache_ttl_s())
     app.state.prior_service = PriorService(sources, cache=cache)
     app.state.token_cache = TokenCache(ttl_s=settings.token_cache_ttl_s)
     app.state.rate_limiter = RateLimiter(

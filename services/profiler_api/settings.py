@@ -43,8 +43,13 @@ class Settings(BaseSettings):
     max_queued_jobs_per_org: int = Field(default=4, ge=1, description="queued retrains (429)")
     # Observed first: real measurements on this exact hardware beat any prediction.
     prior_sources: list[str] = Field(default_factory=lambda: ["observed", "model", "family"])
-    priors_cache_s: float = Field(
-        default=5.0, ge=0, description="how long a replica keeps a priors answer; 0 disables"
+    priors_cache_s: float | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "how long a replica keeps a priors answer; 0 disables; unset: 60 s reading the "
+            "primary (every change is announced on commit), 5 s reading a replica (its lag)"
+        ),
     )
     priors_cache_size: int = Field(default=100_000, ge=0, description="answers kept per replica")
     measurement_retention_days: int | None = Field(
@@ -68,3 +73,15 @@ class Settings(BaseSettings):
     )
     # Ingest allocates many small objects; fewer young-generation collections keep it fast.
     gc_threshold: int = Field(default=50_000, gt=0)
+
+    def priors_cache_ttl_s(self) -> float:
+        """The answer cache's time limit: set, or what the read database allows.
+
+        Every write that changes an answer is announced to each replica on commit, so reading
+        the primary an answer may be kept a minute (answers built from other pairs, such as
+        the nearest GPU's, may lag that long). A read replica may answer from before a change
+        it has not replayed yet, after the announcement dropped the old answer: kept 5 s.
+        """
+        if self.priors_cache_s is not None:
+            return self.priors_cache_s
+        return 5.0 if self.read_database_url else 60.0

@@ -280,3 +280,19 @@ def test_a_burst_of_priors_does_not_exhaust_the_connection_pool(
         with ThreadPoolExecutor(max_workers=30) as pool:
             statuses = list(pool.map(ask, runs))
     assert statuses == [200] * len(runs)
+
+
+def test_an_answer_is_kept_longer_when_priors_are_read_from_the_primary() -> None:
+    primary = Settings(database_url="postgresql+psycopg://db/tps")
+    assert primary.priors_cache_ttl_s() == 60.0
+    replica = Settings(
+        database_url="postgresql+psycopg://db/tps", read_database_url="postgresql+psycopg://r/tps"
+    )
+    assert replica.priors_cache_ttl_s() == 5.0  # bounds what a lagging replica leaves behind
+    assert Settings(priors_cache_s=0).priors_cache_ttl_s() == 0.0
+    assert (
+        Settings(
+            read_database_url="postgresql+psycopg://r/tps", priors_cache_s=30
+        ).priors_cache_ttl_s()
+        == 30.0
+    )
