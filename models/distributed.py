@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import lightgbm as lgb
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 # Parameters that the Dask estimators set themselves or that only the local API takes.
 _LOCAL_ONLY = {"num_threads", "deterministic", "force_row_wise", "eval_at", "verbose", "seed"}
@@ -50,6 +53,8 @@ def fit_boosters_dask(
 
     Partitions hold whole query groups, as LightGBM's Dask ranker requires.
     """
+    # LightGBM's Dask module prints its progress: through logging, it stays off stdout.
+    lgb.register_logger(log)
     n_workers = max(1, len(client.scheduler_info().get("workers", {})))
     X_rank, y_rank, sizes = rank
     row_chunks, group_chunks = _row_chunks(sizes, n_workers)

@@ -59,7 +59,7 @@ class LatencyModel:
         reference_features: bool = True,
         seed: int = 0,
         n_jobs: int = 2,
-        rows_per_tree: int = 200_000,
+        rows_per_tree: int = 100_000,
     ) -> None:
         self.op = op
         self.n_estimators = n_estimators

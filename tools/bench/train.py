@@ -105,6 +105,9 @@ def run_train_bench(config: TrainBenchConfig) -> dict[str, Any]:
             dashboard_address=None,
         )
         client = Client(cluster)  # type: ignore[no-untyped-call]
+        # LightGBM's network set-up prints to the workers' stdout, which is this process's:
+        # it would mix with the JSON the command prints.
+        client.run(_quiet_stdout)
     try:
         started = time.perf_counter()
         bundle = train_bundle(data, seed=config.seed, client=client)
@@ -126,3 +129,8 @@ def run_train_bench(config: TrainBenchConfig) -> dict[str, Any]:
         "python": platform.python_version(),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
     }
+
+
+def _quiet_stdout() -> None:
+    """Send a Dask worker's standard output to /dev/null (its logs go to stderr)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
