@@ -138,7 +138,6 @@ class CompiledStats:
     hits: int = 0
     fleet_hits: int = 0
     searched: int = 0
-    recorded_runs: int = 0
     problems: list[str] = field(default_factory=list)
 
 
@@ -233,7 +232,6 @@ class InductorFleet:
         if rt.on_probe is not None:
             rt.on_probe(run)
         self.stats.searched += 1
-        self.stats.recorded_runs += 1
         return run
 
     # -- the hooks inductor calls --------------------------------------------------------
