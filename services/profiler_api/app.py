@@ -70,7 +70,9 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.read_session_factory = make_session_factory(read_engine)
     stop = threading.Event()
     # Changes are announced on the primary, whichever database answers the reads.
-    ChangeListener(app.state.prior_service.cache, libpq_url(url)).start(stop)
+    ChangeListener(
+        app.state.prior_service.cache, libpq_url(url), on_everything=app.state.active_model.expire
+    ).start(stop)
     PartitionMaintainer(
         app.state.session_factory,
         retention_days=settings.measurement_retention_days,
@@ -105,6 +107,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = metrics
     active = ActiveModelCache(check_interval_s=settings.model_check_interval_s)
+    app.state.active_model = active
     sources = build_prior_sources(settings.prior_sources, active=active)
     cache = PriorAnswerCache(size=settings.priors_cache_size, ttl_s=settings.priors_cache_ttl_s())
     app.state.prior_service = PriorService(sources, cache=cache)

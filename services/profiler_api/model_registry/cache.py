@@ -51,6 +51,14 @@ class ActiveModelCache:
             self._checked_at = now
             return self._loaded
 
+    def expire(self) -> None:
+        """Ask the database again on the next `get`: another version may be active now.
+
+        Called when an activation is announced, so that no answer is computed with the
+        model it replaced after the announcement dropped the old answers.
+        """
+        self._checked_at = -math.inf
+
     def _load(self, session: Session, version: int) -> LoadedModel | None:
         stored = repository.artifact_of(session, version)
         if stored is None:

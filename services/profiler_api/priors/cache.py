@@ -135,9 +135,24 @@ class PriorAnswerCache:
 class ChangeListener:
     """LISTEN for changes on one connection of its own; drop what they name from the cache."""
 
-    def __init__(self, cache: PriorAnswerCache, url: str, *, retry_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        cache: PriorAnswerCache,
+        url: str,
+        *,
+        retry_s: float = 1.0,
+        on_everything: Callable[[], None] | None = None,
+    ) -> None:
         self.cache, self.url, self.retry_s = cache, url, retry_s
+        # Also told when everything may have changed (a model switch, a lost connection),
+        # before the answers are dropped: the active model is asked for again.
+        self.on_everything = on_everything
         self.connected = threading.Event()
+
+    def _forget(self, pairs: set[Pair] | None) -> None:
+        if pairs is None and self.on_everything is not None:
+            self.on_everything()
+        self.cache.forget(pairs)
 
     def start(self, stop: threading.Event) -> threading.Thread:
         thread = threading.Thread(target=self.run, args=(stop,), name="tps-priors-listener")
@@ -151,16 +166,16 @@ class ChangeListener:
                 with psycopg.connect(self.url, autocommit=True) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
                     # Whatever happened while not listening is unknown: start empty.
-                    self.cache.forget(None)
+                    self._forget(None)
                     self.cache.enabled = True
                     self.connected.set()
                     while not stop.is_set():
                         for notify in conn.notifies(timeout=0.5):
-                            self.cache.forget(decode_pairs(notify.payload))
+                            self._forget(decode_pairs(notify.payload))
             except psycopg.Error as exc:
                 log.warning("priors cache: change listener lost its connection (%s)", exc)
             finally:
                 self.cache.enabled = False
                 self.connected.clear()
-                self.cache.forget(None)
+                self._forget(None)
             stop.wait(self.retry_s)

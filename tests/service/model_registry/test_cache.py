@@ -44,6 +44,13 @@ def test_active_model_cache_reloads_on_activation_at_most_once_per_interval(
     reloaded = cache.get(db_session)
     assert reloaded is not None and reloaded.version == versions[1]
     assert cache.get(db_session) is reloaded
+    # An announced activation asks the database again at once, within the interval.
+    repository.activate(db_session, versions[0])
+    now[0] = 1.6
+    assert cache.get(db_session) is reloaded
+    cache.expire()
+    rolled_back = cache.get(db_session)
+    assert rolled_back is not None and rolled_back.version == versions[0]
 
 
 def test_active_model_cache_keeps_serving_when_an_artifact_is_corrupt(

@@ -85,3 +85,39 @@ def test_pairs_travel_in_the_payload_until_there_are_too_many() -> None:
     # The largest payload named pair by pair fits in NOTIFY's 8000 bytes.
     widest = {(f"{i:016x}", f"{i:016x}") for i in range(MAX_NOTIFIED_PAIRS)}
     assert len(encode_pairs(widest).encode()) < 8000
+
+
+def test_a_model_switch_makes_the_listener_expire_the_active_model_first(
+    database_url: str,
+) -> None:
+    """`*` (an activation) and a reconnect call `on_everything`; a pair's change does not."""
+    import threading
+    import time
+
+    import psycopg
+
+    from services.profiler_api.db import libpq_url
+    from services.profiler_api.priors.cache import CHANNEL, ChangeListener
+
+    calls: list[int] = []
+    cache = PriorAnswerCache(size=10, ttl_s=60.0)
+    listener = ChangeListener(
+        cache, libpq_url(database_url), on_everything=lambda: calls.append(cache.generation)
+    )
+    stop = threading.Event()
+    thread = listener.start(stop)
+    try:
+        assert listener.connected.wait(10)
+        assert len(calls) == 1  # connecting: whatever happened before is unknown
+        with psycopg.connect(libpq_url(database_url), autocommit=True) as conn:
+            conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, encode_pairs([("hw", "p")])))
+            conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, EVERYTHING))
+        deadline = time.monotonic() + 10
+        while len(calls) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)
+        # Once for `*` only, and before that drop: the answers go after the model is expired.
+        assert len(calls) == 2 and calls[1] == cache.generation - 1
+    finally:
+        stop.set()
+        thread.join(5)
