@@ -93,3 +93,8 @@ def _hash_candidate(backend: str, params: dict[str, Any]) -> str:
 
 
 VENDOR_DEFAULT = Candidate(backend="vendor-default")
+# Candidates a compiler runs inside its own generated code (the compiled runtime records
+# inductor's GEMM search under this backend): served as observed winners to compiling hosts,
+# never offered to an agent's probe, which has no provider for them.
+INDUCTOR_BACKEND = "inductor"
+COMPILER_BACKENDS = frozenset({INDUCTOR_BACKEND})

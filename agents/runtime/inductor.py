@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tps.bounds import KEY_PATTERN
-from tps.candidate import MAX_PARAMS, Candidate
+from tps.candidate import INDUCTOR_BACKEND, MAX_PARAMS, Candidate
 from tps.problem import ProblemKey
 from tps.schemas import MAX_MEASUREMENTS_PER_RUN, Measurement, ProbeRun
 
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agents.runtime")
 
-BACKEND = "inductor"
+BACKEND = INDUCTOR_BACKEND
 TEMPLATE_ID = "template_id"
 OPS = frozenset({"mm", "addmm", "bmm"})
 DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}

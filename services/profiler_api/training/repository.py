@@ -17,7 +17,7 @@ from services.profiler_api.orm import (
     Problem,
     TrainingJob,
 )
-from tps.candidate import Candidate
+from tps.candidate import COMPILER_BACKENDS, Candidate
 from tps.hardware import HardwareSpec
 from tps.problem import ProblemKey
 
@@ -139,7 +139,7 @@ def tuning_data(session: Session, *, ops: list[str] | None = None) -> TuningData
     One row per (hardware, problem, candidate): the median over runs of the valid medians
     (NULL when it never ran validly), as models.dataset.TuningData.from_runs computes it.
     """
-    m, r, p = MeasurementRow, ProbeRunRow, Problem
+    m, r, p, c = MeasurementRow, ProbeRunRow, Problem, CandidateRow
     valid_median = func.percentile_cont(0.5).within_group(m.median_us)
     query = (
         select(
@@ -151,6 +151,11 @@ def tuning_data(session: Session, *, ops: list[str] | None = None) -> TuningData
         )
         .join(r, r.run_id == m.run_id)
         .join(p, p.hash == r.problem_id)
+        .join(c, c.id == m.candidate_id)
+        # inductor's template configurations (the compiled runtime's recorded searches) are
+        # served to compiling hosts as observed winners; in a model's candidate universe
+        # they would be offered to agents that have no way to run them
+        .where(c.backend.not_in(COMPILER_BACKENDS))
         .group_by(p.op, r.hardware_id, r.problem_id, m.candidate_id)
         .order_by(p.op, r.hardware_id, r.problem_id, m.candidate_id)
     )
