@@ -26,6 +26,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agents.errors import AgentError
 from tps.bounds import KEY_PATTERN
 from tps.candidate import INDUCTOR_BACKEND, MAX_PARAMS, Candidate
 from tps.problem import ProblemKey
@@ -277,9 +278,21 @@ class InductorFleet:
                 self.record(problem, timed)
 
 
+class CompiledRuntimeError(AgentError):
+    """This torch cannot compile with the fleet's winners."""
+
+
 def _choices_class() -> type:
     """A subclass of inductor's lookup-table choices that asks TPS (built on first use)."""
-    from torch._inductor.lookup_table import LookupTableChoices
+    try:
+        from torch._inductor.lookup_table import LookupTableChoices
+    except ImportError as exc:
+        import torch
+
+        raise CompiledRuntimeError(
+            "tps_runtime.compiled needs inductor's template lookup table (torch 2.11 and "
+            f"2.13 have it); this is torch {torch.__version__}: {exc}"
+        ) from exc
 
     class TpsChoices(LookupTableChoices):
         def __init__(self, fleet: InductorFleet) -> None:

@@ -186,3 +186,14 @@ def test_a_second_host_compiles_the_fleets_winner_without_a_search(make_runtime,
         assert fleet.configs(mm_problem(m=9)) is None  # never measured: inductor searches
         assert fleet.configs(mm_problem(m=9)) is None  # and the fleet is asked once only
     assert asked == [1, 1] and fleet.stats.fleet_hits == 1 and fleet.stats.searched == 0
+
+
+def test_a_torch_without_the_lookup_table_is_told_so(make_runtime, monkeypatch):
+    import sys
+
+    from agents.runtime.inductor import CompiledRuntimeError
+
+    monkeypatch.setitem(sys.modules, "torch._inductor.lookup_table", None)  # as torch 2.9 has
+    with pytest.raises(CompiledRuntimeError, match="lookup table .* this is torch"):
+        with compiled(RuntimeSession(runtime=make_runtime())):
+            pass
