@@ -23,7 +23,7 @@ import re
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agents.errors import AgentError
@@ -127,11 +127,6 @@ def _is_key(name: str) -> bool:
     return 0 < len(name) <= 64 and re.fullmatch(KEY_PATTERN, name) is not None
 
 
-def lookup_config(candidate: Candidate) -> dict[str, Any]:
-    """The lookup-table entry of a candidate: its parameters, template id included."""
-    return dict(candidate.params)
-
-
 @dataclass
 class CompiledStats:
     """What a compiled block did: products served from the cache or fleet, products searched."""
@@ -139,7 +134,6 @@ class CompiledStats:
     hits: int = 0
     fleet_hits: int = 0
     searched: int = 0
-    problems: list[str] = field(default_factory=list)
 
 
 class InductorFleet:
@@ -164,38 +158,25 @@ class InductorFleet:
         if entry is None or entry.winner.backend != BACKEND:
             return None
         self.stats.hits += 1
-        return [lookup_config(entry.winner)]
+        return [dict(entry.winner.params)]  # the template id and its parameters
 
     def _ask_fleet(self, problem: ProblemKey) -> Any:
-        from agents.cache import CacheEntry
+        """The fleet's observed winner of `problem`, merged into the cache (asked once)."""
         from agents.runtime.fleet import FleetError
 
+        fleet, rt = self.session.fleet, self.session.runtime
         key = problem.key_hash()
-        if key in self._asked or self.session.fleet is None:
+        if key in self._asked or fleet is None:
             return None
         self._asked.add(key)
-        rt = self.session.runtime
         try:
-            (prior,) = self.session.fleet.fetch(rt.hardware, [problem])
+            priors = fleet.fetch(rt.hardware, [problem])
         except FleetError as exc:
             log.warning("no fleet answer for %s; inductor searches: %s", problem.canonical(), exc)
             return None
-        observed = [c for c in prior.candidates if c.candidate.backend == BACKEND and c.median_us]
-        if prior.source != "observed" or not observed:
-            return None
-        best = min(observed, key=lambda c: c.rank)
-        entry = CacheEntry(
-            problem=problem,
-            hardware_fingerprint=rt.hardware.fingerprint(),
-            software_key=rt.hardware.software_key(),
-            winner=best.candidate,
-            median_us=best.median_us,
-            source="fleet",
-            torch_version=rt.hardware.torch_version,
-            blas_version=rt.hardware.blas_version,
-        )
-        rt.cache.merge([entry])
-        return entry
+        entries = fleet.entries(rt.hardware, [problem], priors)
+        rt.cache.merge(entries)
+        return entries[0] if entries else None
 
     # -- recording: what inductor timed when it had to search -----------------------------
     def record(
@@ -250,8 +231,6 @@ class InductorFleet:
             return None
         if problem is not None:
             self._problems.setdefault(problem.key_hash(), problem)
-            if problem.canonical() not in self.stats.problems:
-                self.stats.problems.append(problem.canonical())
         return problem
 
     def feedback(
