@@ -50,6 +50,9 @@ def bench_runtime(
         list[str], typer.Option("--compile", help="default and/or max-autotune; none to skip")
     ] = ["default", "max-autotune"],  # noqa: B006
     out: Annotated[Path | None, typer.Option(help="append each case's JSON line here")] = None,
+    eager: Annotated[
+        bool, typer.Option(help="measure eager TPS and TunableOp (--no-eager: compiled only)")
+    ] = True,
 ) -> None:
     """Time models built from transformers configs (random weights) with TPS's runtime."""
     import logging
@@ -81,6 +84,7 @@ def bench_runtime(
                         service=url,
                         token=agent_token,
                         compile_modes=modes,
+                        eager=eager,
                     )
                 )
                 line = json.dumps(result)

@@ -112,6 +112,11 @@ class CaseResult:
     second_host_compile_searched: int | None = None
     second_host_compile_hits: int | None = None
     second_host_vs_max_autotune: float | None = None
+    # host 2 again, compiled in max-autotune's own mode: the fleet's GEMMs, inductor's other tuning
+    second_host_mode_ms: float | None = None
+    second_host_mode_compile_s: float | None = None
+    second_host_mode_searched: int | None = None
+    second_host_mode_vs_max_autotune: float | None = None
     second_host_probes: int | None = None
     second_host_speedup: float | None = None
     second_host_warm_start_s: float | None = None
@@ -202,11 +207,14 @@ def run_case(
     service: str | None = None,
     token: str | None = None,
     compile_modes: tuple[str, ...] = ("default", "max-autotune"),
+    eager: bool = True,
 ) -> CaseResult:
-    """Measure one model and case; `service` enables the second-host warm start."""
+    """Measure one model and case; `service` enables the second-host warm start.
+
+    `eager=False` measures the compiled variants alone (no eager probing, no TunableOp).
+    """
     import torch
 
-    from agents import runtime as tps_runtime
 
     torch.manual_seed(0)
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
@@ -224,10 +232,54 @@ def run_case(
 
         return run
 
-    # -- host 1: tune the misses, then eager with and without TPS side by side ---------------
-    # One model: each timed call first gets its layers' forwards, before the clock starts.
     first = _host(device, workdir, "host1", service, token)
     first.runtime.defer_probes = False  # host 1 is the first of the fleet: it probes
+    if eager:
+        _eager(model, forward, clock, result, first, device)
+    rt = first.runtime
+    with _noted(result, "torch.compile"):
+        hosts = FleetHosts(first=first, workdir=workdir, service=service, token=token)
+        _compiled(model, forward, clock, result, compile_modes, hosts)
+    if eager:
+        with _noted(result, "TunableOp"):
+            _tunableop(model, forward, clock, result, device, workdir)
+    decisions = rt.decisions()
+    result.problems = len(decisions)
+    result.routed = sum(1 for r in decisions if r.runner is not None)
+    result.settled_layers = len(rt.settled)
+    result.decisions = [
+        {
+            "problem": r.problem.canonical() if r.problem else None,
+            "calls": r.calls,
+            "candidate": r.candidate.label() if r.candidate else None,
+            "routed": r.runner is not None,
+            "gain": r.gain,
+            "compiled_gain": r.compiled_gain,
+            "reason": r.reason,
+        }
+        for r in decisions
+    ]
+    first.close()  # saves host 1's cache and pushes its probe runs to the service
+    if service is not None and eager:
+        with _noted(result, "second host"):
+            _second_host(model, forward, clock, result, device, workdir, service, token)
+    return result
+
+
+def _eager(
+    model: Any,
+    forward: Callable[[Any], Callable[[], Any]],
+    clock: Clock,
+    result: CaseResult,
+    first: Any,
+    device: str,
+) -> None:
+    """Host 1 tunes its misses, then eager runs with and without TPS side by side.
+
+    One model: each timed call first gets its layers' forwards, before the clock starts.
+    """
+    from agents import runtime as tps_runtime
+
     plain = forward(model)()
     start = time.perf_counter()
     tps_runtime.tune(model, first)
@@ -251,35 +303,9 @@ def run_case(
     result.speedup = result.eager_ms / result.tps_ms
     result.control_ratio = result.eager_ms / times["control"]
     _install(model, {})()
-    rt = first.runtime
-    result.probes = rt.stats.probes
-    result.near_ties = rt.stats.near_ties
-    with _noted(result, "torch.compile"):
-        hosts = FleetHosts(first=first, workdir=workdir, service=service, token=token)
-        _compiled(model, forward, clock, result, compile_modes, hosts)
-    with _noted(result, "TunableOp"):
-        _tunableop(model, forward, clock, result, device, workdir)
-    decisions = rt.decisions()
-    result.problems = len(decisions)
-    result.routed = sum(1 for r in decisions if r.runner is not None)
-    result.routing_layers, result.settled_layers = len(host1), len(rt.settled)
-    result.decisions = [
-        {
-            "problem": r.problem.canonical() if r.problem else None,
-            "calls": r.calls,
-            "candidate": r.candidate.label() if r.candidate else None,
-            "routed": r.runner is not None,
-            "gain": r.gain,
-            "compiled_gain": r.compiled_gain,
-            "reason": r.reason,
-        }
-        for r in decisions
-    ]
-    first.close()  # saves host 1's cache and pushes its probe runs to the service
-    if service is not None:
-        with _noted(result, "second host"):
-            _second_host(model, forward, clock, result, device, workdir, service, token)
-    return result
+    result.probes = first.runtime.stats.probes
+    result.near_ties = first.runtime.stats.near_ties
+    result.routing_layers = len(host1)
 
 
 def _compiled(
@@ -344,6 +370,19 @@ def _compiled(
                 result.second_host_compile_searched = served.stats.searched
                 result.second_host_compile_hits = served.stats.hits
                 second.close()
+                if "max-autotune" in compile_modes:
+                    # The user's max-autotune mode inside `compiled`: GEMMs from the fleet,
+                    # inductor's own tuning of everything else as max-autotune does it.
+                    third = _host(device, fleet.workdir, "host2-mode", fleet.service, fleet.token)
+                    variants["second_host_mode"] = forward(
+                        torch.compile(
+                            copy.deepcopy(model), mode="max-autotune-no-cudagraphs", dynamic=False
+                        )
+                    )
+                    with tps_runtime.compiled(third) as moded:
+                        result.second_host_mode_compile_s = first_call(variants["second_host_mode"])
+                    result.second_host_mode_searched = moded.stats.searched
+                    third.close()
     if not variants:
         return
     times = clock.side_by_side(variants)
@@ -355,6 +394,11 @@ def _compiled(
         result.compile_tps_speedup = result.compile_ms / result.compile_tps_ms
     if result.max_autotune_ms and result.compile_tps_ms:
         result.tps_vs_max_autotune = result.max_autotune_ms / result.compile_tps_ms
+    result.second_host_mode_ms = times.get("second_host_mode")
+    if result.max_autotune_ms and result.second_host_mode_ms:
+        result.second_host_mode_vs_max_autotune = (
+            result.max_autotune_ms / result.second_host_mode_ms
+        )
     if result.max_autotune_ms and result.second_host_compile_tps_ms:
         result.second_host_vs_max_autotune = (
             result.max_autotune_ms / result.second_host_compile_tps_ms
