@@ -36,27 +36,46 @@ class ObservedPriors:
             return query.empty(
                 f"no valid observations of {query.problem.canonical()} on {query.hardware.name}"
             )
-        candidates = []
-        for rank, row in enumerate(observed):
-            median = math.exp(row.sum_log_median / row.valid_measurements)
-            candidates.append(
-                PriorCandidate(
-                    candidate_id=row.candidate_id,
-                    candidate=Candidate(backend=row.backend, params=row.params),
-                    rank=rank,
-                    predicted_us=round(median, 4),
-                    median_us=round(median, 4),
-                    samples=row.samples,
-                    runs=row.runs,
-                    source="observed",
-                    confidence=observed_confidence(
-                        valid_measurements=row.valid_measurements,
-                        sum_log=row.sum_log_median,
-                        sum_sq_log=row.sum_sq_log_median,
-                    ),
-                )
-            )
-        prior = query.empty("")
-        return prior.model_copy(
-            update={"source": "observed", "candidates": candidates, "reason": None}
+        return observed_prior(
+            hardware_fingerprint=query.hardware_fingerprint,
+            problem_hash=query.problem_hash,
+            canonical=query.problem.canonical(),
+            observed=observed,
         )
+
+
+def observed_prior(
+    *,
+    hardware_fingerprint: str,
+    problem_hash: str,
+    canonical: str,
+    observed: list[repository.ObservedCandidate],
+) -> Prior:
+    """Return the prior of these observed candidates (at least one), in their order."""
+    candidates = []
+    for rank, row in enumerate(observed):
+        median = math.exp(row.sum_log_median / row.valid_measurements)
+        candidates.append(
+            PriorCandidate(
+                candidate_id=row.candidate_id,
+                candidate=Candidate(backend=row.backend, params=row.params),
+                rank=rank,
+                predicted_us=round(median, 4),
+                median_us=round(median, 4),
+                samples=row.samples,
+                runs=row.runs,
+                source="observed",
+                confidence=observed_confidence(
+                    valid_measurements=row.valid_measurements,
+                    sum_log=row.sum_log_median,
+                    sum_sq_log=row.sum_sq_log_median,
+                ),
+            )
+        )
+    return Prior(
+        hardware_fingerprint=hardware_fingerprint,
+        problem_hash=problem_hash,
+        canonical=canonical,
+        source="observed",
+        candidates=candidates,
+    )

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from services.profiler_api.errors import NotFound, Unprocessable
 from services.profiler_api.priors import repository
 from services.profiler_api.priors.cache import PriorAnswerCache
+from services.profiler_api.priors.observed import observed_prior
 from services.profiler_api.priors.query import PriorBackend, PriorQuery
 from tps.hardware import HardwareSpec
 from tps.problem import ProblemKey
@@ -80,27 +81,38 @@ class PriorService:
     def prior_by_ids(
         self, session: Session, *, hardware_id: str, problem: str, limit: int
     ) -> Prior:
-        """Return the prior for a known hardware fingerprint and a problem hash or canonical key."""
-        spec = repository.hardware_spec(session, hardware_id)
-        if spec is None:
+        """Return the prior for a known hardware fingerprint and a problem hash or canonical key.
+
+        One round trip finds the hardware, the problem and its observed top; the other
+        sources are asked only when observations do not answer first.
+        """
+        found = repository.lookup_pair(
+            session, hardware_id=hardware_id, problem=problem, limit=limit
+        )
+        if found.spec is None:
             raise NotFound(
                 f"hardware_id: no hardware with fingerprint {hardware_id!r}; "
                 "POST /v1/priors with the full spec instead"
             )
-        hardware = HardwareSpec.model_validate(spec)
-        matches = repository.problems_matching(session, hash_or_canonical=problem)
-        if len(matches) > 1:
+        if len(found.problems) > 1:
             raise Unprocessable(f"problem: {problem!r} names several problems; pass its hash")
-        if not matches:
+        if not found.problems:
             return Prior(
                 hardware_fingerprint=hardware_id,
                 problem_hash=problem if _HASH.match(problem) else "",
                 canonical="" if _HASH.match(problem) else problem,
                 reason=f"problem: no observations of {problem!r} on any hardware",
             )
-        problem_hash, key = matches[0]
+        problem_hash, canonical, key = found.problems[0]
+        if found.observed and self.sources and self.sources[0].name == "observed":
+            return observed_prior(
+                hardware_fingerprint=hardware_id,
+                problem_hash=problem_hash,
+                canonical=canonical,
+                observed=found.observed,
+            )
         query = PriorQuery(
-            hardware=hardware,
+            hardware=HardwareSpec.model_validate(found.spec),
             hardware_fingerprint=hardware_id,
             problem=ProblemKey.model_validate(key),
             problem_hash=problem_hash,

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
-from services.profiler_api.orm import CandidateRow, CandidateStats
-from services.profiler_api.priors.repository import observed_candidates
+from services.profiler_api.orm import CandidateRow, CandidateStats, Hardware, Problem
+from services.profiler_api.priors.repository import lookup_pair, observed_candidates
 from tests.factories import cublaslt, hardware_spec, unique_problem
 
 
@@ -57,11 +57,17 @@ def test_observed_candidates_are_the_fastest_by_geometric_mean(db_session: Sessi
     assert all(o.backend == "cublaslt" and o.valid_measurements > 0 for o in observed)
 
 
+def _plan(session: Session, sql: str, params: dict[str, object]) -> str:
+    from sqlalchemy import text
+
+    return "\n".join(row[0] for row in session.execute(text(f"EXPLAIN {sql}"), params).all())
+
+
 def test_the_top_candidates_come_off_the_rank_index_without_a_sort(db_session: Session) -> None:
     from sqlalchemy import text
     from sqlalchemy.dialects import postgresql
 
-    from services.profiler_api.priors.repository import observed_statement
+    from services.profiler_api.priors.repository import OBSERVED_TOP, PAIR_LOOKUP
 
     hardware, problem = hardware_spec().fingerprint(), unique_problem().key_hash()
     for i in range(500):
@@ -71,10 +77,62 @@ def test_the_top_candidates_come_off_the_rank_index_without_a_sort(db_session: S
     db_session.flush()
     db_session.execute(text("ANALYZE candidate_stats"))
     db_session.execute(text("SET LOCAL enable_seqscan = off"))  # a tiny table here
-    statement = observed_statement(hardware_id=hardware, problem_id=problem, limit=8)
-    sql = statement.compile(dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True})
-    plan = "\n".join(row[0] for row in db_session.execute(text(f"EXPLAIN {sql}")).all())
-    assert "ix_candidate_stats_rank" in plan, plan
-    # The only sort left orders the 8 rows picked, after the LIMIT.
-    limit_at = plan.index("Limit")
-    assert "Sort" not in plan[limit_at:], plan
+    bound = OBSERVED_TOP.params(hardware_id=hardware, problem_id=problem, limit=8)
+    sql = bound.compile(dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True})
+    # GET's one round trip, with the same top inside it.
+    lookup = {"hardware_id": hardware, "problem": problem, "limit": 8}
+    for plan in (_plan(db_session, str(sql), {}), _plan(db_session, PAIR_LOOKUP.text, lookup)):
+        assert "ix_candidate_stats_rank" in plan, plan
+        # Nothing is sorted under a LIMIT: the only sort orders the few rows picked.
+        nodes = [line for line in plan.splitlines() if "(cost=" in line]
+        under_limits = [b for a, b in zip(nodes, nodes[1:], strict=False) if "Limit" in a]
+        assert under_limits and not any("Sort" in node for node in under_limits), plan
+
+
+def test_one_round_trip_finds_the_hardware_the_problem_and_the_same_top(
+    db_session: Session,
+) -> None:
+    spec = hardware_spec()
+    hardware, key = spec.fingerprint(), unique_problem()
+    problem = key.key_hash()
+    db_session.add(
+        Hardware(
+            fingerprint=hardware,
+            vendor=spec.vendor,
+            arch=spec.arch,
+            name=spec.name,
+            spec=spec.model_dump(mode="json"),
+        )
+    )
+    db_session.add(
+        Problem(
+            hash=problem,
+            canonical=key.canonical(),
+            op=key.op,
+            dtype=key.dtype,
+            dims=key.model_dump(mode="json")["dims"],
+            key=key.model_dump(mode="json"),
+        )
+    )
+    for i in range(20):
+        c = cublaslt(i, stages=3)
+        db_session.add(CandidateRow(id=c.id, backend=c.backend, params=c.params))
+        db_session.add(_stats(hardware, problem, c.id, us=100.0 - i, valid=1 + i % 2))
+    db_session.flush()
+
+    top = observed_candidates(db_session, hardware_id=hardware, problem_id=problem, limit=5)
+    by_hash = lookup_pair(db_session, hardware_id=hardware, problem=problem, limit=5)
+    by_canonical = lookup_pair(db_session, hardware_id=hardware, problem=key.canonical(), limit=5)
+    for found in (by_hash, by_canonical):
+        assert found.spec == spec.model_dump(mode="json")
+        assert found.problems == [(problem, key.canonical(), key.model_dump(mode="json"))]
+        assert found.observed == top
+    assert len(top) == 5 and [o.candidate_id for o in top] == [
+        cublaslt(i, stages=3).id for i in (19, 18, 17, 16, 15)
+    ]
+
+    unknown_hardware = lookup_pair(db_session, hardware_id="f" * 16, problem=problem, limit=5)
+    assert unknown_hardware.spec is None and unknown_hardware.observed == []
+    unknown_problem = lookup_pair(db_session, hardware_id=hardware, problem="0" * 16, limit=5)
+    assert unknown_problem.spec is not None
+    assert unknown_problem.problems == [] and unknown_problem.observed == []
