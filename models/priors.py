@@ -47,6 +47,23 @@ class RankedCandidate:
     confidence: float
 
 
+def served_candidates(
+    bundle: ModelBundle, hardware: HardwareSpec, problem: ProblemKey
+) -> list[Candidate]:
+    """Return what `rank` orders when given no list: the op's candidate universe, or on a
+    device that never measured this problem, the shortlist of what was fast elsewhere."""
+    model = bundle.model_for(problem.op)
+    universe = model.candidate_universe()
+    own = hardware.fingerprint()
+    problem_hash = problem.key_hash()
+    if own in model.reference_.groups_for(problem_hash):
+        return universe  # measured here: its own observation answers
+    shortlist = model.reference_.shortlist(problem_hash)
+    if shortlist is None:
+        return universe
+    return [c for c in universe if c.id in shortlist]
+
+
 def rank(
     bundle: ModelBundle,
     hardware: HardwareSpec,
@@ -58,13 +75,13 @@ def rank(
 ) -> list[RankedCandidate]:
     """Return candidates best first, each with predicted µs, a score and its source.
 
-    Without `candidates`, the op's candidate universe from training is ranked; without
+    Without `candidates`, `served_candidates` are ranked; without
     `policy`, the op's chosen policy serves. `score` is 1.0 for the first entry and falls
     linearly to 0 for the last of all candidates.
     """
     model = bundle.model_for(problem.op)
     if candidates is None:
-        candidates = model.candidate_universe()
+        candidates = served_candidates(bundle, hardware, problem)
     if not candidates:
         return []
     frame = model.predict_frame(hardware, problem, candidates)

@@ -23,6 +23,11 @@ FAILED_LOG_REL = 3.0
 VENDOR_PENALTY = 2.0
 WARP_PENALTY = 1.0
 SIMILARITY_SCALE = 2.0
+# A device never measured on a problem is ranked among the candidates that were fast on some
+# known device: each one's fastest SHORTLIST_SHARE of the space, and at least SHORTLIST_MIN.
+# On the Kernel Tuner data, leaving each GPU out, the shortlist always held the best.
+SHORTLIST_SHARE = 0.10
+SHORTLIST_MIN = 32
 REFERENCE_FEATURES = ("ref_mean", "ref_vendor", "ref_near", "ref_wmean", "ref_min", "ref_max")
 
 
@@ -134,6 +139,32 @@ class Reference:
     def warm_up(self) -> None:
         """Build the positional lookups now, not in the first query that needs them."""
         _ = self._rows, self._groups
+
+    def shortlist(self, problem_hash: str, *, exclude: str | None = None) -> frozenset[str] | None:
+        """Return the candidates a new device is ranked among for `problem_hash`: every known
+        device's fastest SHORTLIST_SHARE (at least SHORTLIST_MIN), together.
+
+        None when no device but `exclude` measured the problem (then all are ranked).
+        """
+        if (problem_hash, exclude) in self._shortlists:
+            return self._shortlists[(problem_hash, exclude)]
+        keys = [(k, problem_hash) for k in self.groups_for(problem_hash, exclude=exclude)]
+        if not keys:
+            return None
+        table = self.median_us.to_numpy()[[self._rows[k] for k in keys]]
+        chosen: set[str] = set()
+        for row in table:
+            valid = np.flatnonzero(np.isfinite(row))
+            k = max(SHORTLIST_MIN, math.ceil(SHORTLIST_SHARE * len(valid)))
+            fastest = valid[np.argsort(row[valid], kind="stable")[:k]]
+            chosen.update(self.median_us.columns[fastest])
+        shortlist = frozenset(chosen)
+        self._shortlists[(problem_hash, exclude)] = shortlist
+        return shortlist
+
+    @cached_property
+    def _shortlists(self) -> dict[tuple[str, str | None], frozenset[str] | None]:
+        return {}
 
     def groups_for(self, problem_hash: str, *, exclude: str | None = None) -> list[str]:
         """Return the hw_keys that measured `problem_hash`, except `exclude`."""

@@ -21,8 +21,12 @@ from models.ranking import (
     Ranker,
     Ranking,
     SourceRankings,
+    order_by,
     source_rankings,
 )
+from tps.candidate import Candidate
+from tps.hardware import HardwareSpec
+from tps.problem import ProblemKey
 
 SCORE_KS = range(1, 21)
 
@@ -104,15 +108,19 @@ def evaluate_group(
     true_us = group["median_us"].to_numpy(dtype=float)
     frame = model.predict_frame(hardware, problem, candidates)
     rankings = source_rankings(model, hardware, problem, frame)
-    rankers: dict[str, Ranker] = {
-        "model": ModelRanker(),
-        "policy": policy,
+    shortlist = model.reference_.shortlist(problem.key_hash(), exclude=hw_key)
+    served_part = _Shortlisted.of(model, hardware, problem, candidates, frame, shortlist)
+    baselines: dict[str, Ranker] = {
         "baseline_nearest": NearestRanker(),
         "baseline_random": RandomRanker(seed=seed),
     }
-    ranked = {name: ranker.rank(rankings) for name, ranker in rankers.items()}
-    served = ranked["policy"]
-    assert served is not None  # a policy always orders every candidate
+    # The model and the policies rank as served: the shortlist alone, then the rest.
+    served = served_part.rank(policy)
+    ranked = {
+        "model": served_part.rank(ModelRanker()),
+        "policy": served,
+        **{name: ranker.rank(rankings) for name, ranker in baselines.items()},
+    }
     result = GroupResult(
         scores={}, curves={}, n_candidates=len(group), policy_sources=list(served.sources[:5])
     )
@@ -121,18 +129,76 @@ def evaluate_group(
             result.scores[name], result.curves[name] = score(true_us, ranking)
     near_best = _near_best(true_us)
     for candidate in CANDIDATE_POLICIES:
-        order = candidate.rank(rankings).order
+        order = served_part.rank(candidate).order
         result.candidates[candidate.name] = ranking_scores(true_us, order)
-        top = order[:CALIBRATION_TOP]
-        result.calibration_rows[candidate.name] = (
-            _features(rankings, top, frame),
-            near_best[top].astype(int),
-        )
+        features, top = served_part.calibration(candidate)
+        result.calibration_rows[candidate.name] = (features, near_best[top].astype(int))
     if choice is not None and choice.calibration is not None:
-        top = served.order[:CALIBRATION_TOP]
-        confidence = choice.calibration.predict(_features(rankings, top, frame))
+        features, top = served_part.calibration(policy)
+        confidence = choice.calibration.predict(features)
         result.confidence = (confidence, near_best[top].astype(int))
     return result
+
+
+@dataclass
+class _Shortlisted:
+    """A group's candidates split as serving splits them: those of the shortlist, ranked
+    among themselves (models.priors.served_candidates), then the rest, by the model."""
+
+    head: np.ndarray  # positions in the group
+    head_rankings: SourceRankings
+    tail: np.ndarray
+    tail_order: np.ndarray  # positions in `tail`, the model's order
+    predicted_us: np.ndarray  # of the whole group, by position
+
+    @classmethod
+    def of(
+        cls,
+        model: LatencyModel,
+        hardware: HardwareSpec,
+        problem: ProblemKey,
+        candidates: list[Candidate],
+        frame: pd.DataFrame,
+        shortlist: frozenset[str] | None,
+    ) -> _Shortlisted:
+        everything = np.arange(len(candidates))
+        whole = source_rankings(model, hardware, problem, frame)
+        if shortlist is None:
+            return cls(everything, whole, everything[:0], everything[:0], _predicted(frame))
+        listed = np.array([c.id in shortlist for c in candidates], dtype=bool)
+        head, tail = everything[listed], everything[~listed]
+        if len(head) == 0 or len(tail) == 0:
+            return cls(everything, whole, everything[:0], everything[:0], _predicted(frame))
+        head_frame = model.predict_frame(hardware, problem, [candidates[i] for i in head])
+        tail_scores = frame["score"].to_numpy()[tail]
+        return cls(
+            head=head,
+            head_rankings=source_rankings(model, hardware, problem, head_frame),
+            tail=tail,
+            tail_order=order_by(tail_scores, ascending=False),
+            predicted_us=_predicted(frame),
+        )
+
+    def rank(self, ranker: Ranker) -> Ranking:
+        ranking = ranker.rank(self.head_rankings)
+        assert ranking is not None  # the model and every policy order every candidate
+        order = np.concatenate([self.head[ranking.order], self.tail[self.tail_order]])
+        sources = (*ranking.sources, *("model",) * len(self.tail))
+        return Ranking(orders=(order,), sources=sources, predicted_us=self.predicted_us)
+
+    def calibration(self, ranker: Ranker) -> tuple[np.ndarray, np.ndarray]:
+        """Return the calibration features of the first positions served, and those positions
+        in the group (features as serving computes them, on the shortlist)."""
+        ranking = ranker.rank(self.head_rankings)
+        assert ranking is not None
+        top = ranking.order[:CALIBRATION_TOP]
+        features = _features(self.head_rankings, top, self.head_rankings.frame)
+        return features, self.head[top]
+
+
+def _predicted(frame: pd.DataFrame) -> np.ndarray:
+    predicted: np.ndarray = frame["predicted_us"].to_numpy()
+    return predicted
 
 
 def _features(rankings: SourceRankings, order: np.ndarray, frame: pd.DataFrame) -> np.ndarray:

@@ -107,3 +107,37 @@ def test_holdout_names_resolve_through_the_catalog(convolution_data: TuningData)
     )
     with pytest.raises(EvaluationError, match="no hardware matches 'T4'"):
         match_hardware(convolution_data, "T4")
+
+
+def test_evaluation_ranks_as_serving_does_the_shortlist_first(
+    convolution_data: TuningData,
+) -> None:
+    from models.bundle import ModelBundle
+    from models.priors import served_candidates
+    from models.ranking import source_rankings
+    from models.scoring import _Shortlisted
+    from models.selection import FoldModels
+
+    data = convolution_data.for_op("convolution")
+    model = FoldModels(data, op="convolution", model_params=FAST_MODEL).without(
+        ("NVIDIA RTX A6000",)
+    )
+    a6000 = next(h for h in data.hardware.values() if h.name == "NVIDIA RTX A6000")
+    group = data.frame[data.frame["hw_key"] == a6000.fingerprint()]
+    problem = data.problems[group["problem_hash"].iloc[0]]
+    candidates = [data.candidates[c] for c in group["candidate_id"]]
+    shortlist = model.reference_.shortlist(problem.key_hash())
+    assert shortlist is not None
+    frame = model.predict_frame(a6000, problem, candidates)
+    split = _Shortlisted.of(model, a6000, problem, candidates, frame, shortlist)
+    order = split.rank(BlendPolicy()).order
+    assert sorted(order) == list(range(len(candidates)))  # every candidate, once
+    head = [candidates[i].id for i in order[: len(split.head)]]
+    assert set(head) == shortlist and len(head) < len(candidates)
+    # The head is what serving ranks for a device that never measured the problem, in
+    # serving's order.
+    bundle = ModelBundle(models={"convolution": model}, families={})
+    served = served_candidates(bundle, a6000, problem)
+    served_frame = model.predict_frame(a6000, problem, served)
+    served_order = BlendPolicy().rank(source_rankings(model, a6000, problem, served_frame)).order
+    assert head == [served[i].id for i in served_order]

@@ -1,3 +1,5 @@
+import math
+
 import pytest
 
 from models.bundle import ModelBundle, train_bundle
@@ -26,7 +28,36 @@ def test_unseen_hardware_gets_a_blended_ranking(
     assert all(r.predicted_us and r.predicted_us > 0 for r in close)
     far = rank(bundle, resolve("MI300X"), problem, policy=blend)
     assert far[0].source == "model"
-    assert len(far) == len(bundle.candidate_universe("convolution"))
+    shortlist = bundle.model_for("convolution").reference_.shortlist(problem.key_hash())
+    assert shortlist is not None and {r.candidate.id for r in far} == shortlist
+
+
+def test_a_new_device_is_ranked_among_what_was_fast_elsewhere(
+    bundle: ModelBundle, convolution_data: TuningData
+) -> None:
+    from models.priors import served_candidates
+    from models.reference import SHORTLIST_MIN, SHORTLIST_SHARE
+
+    problem = next(iter(convolution_data.problems.values()))
+    reference = bundle.model_for("convolution").reference_
+    frame = convolution_data.frame.dropna(subset=["median_us"])
+    expected: set[str] = set()
+    for _, measured in frame.groupby("hw_key"):
+        k = max(SHORTLIST_MIN, math.ceil(SHORTLIST_SHARE * len(measured)))
+        expected |= set(measured.nsmallest(k, "median_us")["candidate_id"])
+    universe = bundle.candidate_universe("convolution")
+    assert reference.shortlist(problem.key_hash()) == expected
+    assert SHORTLIST_MIN <= len(expected) < len(universe)
+    served = served_candidates(bundle, resolve("MI300X"), problem)
+    assert {c.id for c in served} == expected
+    # A device that measured the problem is answered from all it measured.
+    assert served_candidates(bundle, resolve("A100"), problem) == universe
+    # Without the A100, its own fastest are in the shortlist only where others had them.
+    a100 = resolve("A100").fingerprint()
+    without = reference.shortlist(problem.key_hash(), exclude=a100)
+    assert without is not None and without < expected
+    unmeasured = ProblemKey(op="convolution", dims={"x": 64, "y": 64}, variant="other")
+    assert reference.shortlist(unmeasured.key_hash()) is None
 
 
 def test_the_bundle_serves_its_chosen_policy_with_calibrated_confidence(

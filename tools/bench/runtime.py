@@ -215,7 +215,6 @@ def run_case(
     """
     import torch
 
-
     torch.manual_seed(0)
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     model = build_model(model_name, device=device).to(dtype=dtype)
