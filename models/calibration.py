@@ -1,8 +1,9 @@
 """Confidence that means something: P(a served candidate is within 3% of the best).
 
 A logistic model (Platt scaling, scikit-learn) over what is known when priors are served: the
-candidate's position in the served order, how it did on the nearest known device, and how many
-candidates were near the best there (FIT_FEATURES). It is fit on out-of-fold
+candidate's position in the served order, the spec distance to the nearest known device, the
+model's score, how the candidate did on that nearest device and how many were near the best
+there (or the part of these that carries between devices, FIT_VARIANTS). It is fit on out-of-fold
 rankings only (hardware held out of the model that ranked them), so its probabilities are
 those of hardware the model never saw. `reliability` says how well they hold.
 """
@@ -27,14 +28,16 @@ FEATURES = (
     "nearest_log_rel",
     "nearest_flat",
 )
-# The features the fit uses. The others stay in FEATURES (an artifact keeps a coefficient for
-# each, zero here): with 4 or 5 training devices, the spec distance and the model's score told
-# the folds apart, and the fit learnt each fold's outcome instead of what carries to a new
-# device (on the Kernel Tuner data, dedispersion's Brier score was 0.757 with all five,
-# 0.432 with these three and the stronger penalty; convolution's 0.045 either way).
-FIT_FEATURES = ("log_position", "nearest_log_rel", "nearest_flat")
-# Inverse L2 penalty of the logistic fit (scikit-learn's C).
-FIT_C = 0.1
+# The two fits `Calibration.choose` picks between, by the Brier score of each training
+# device's rows under the fit on the other devices' rows: every feature, or only those that
+# carry from one device to another, with a stronger penalty. With few devices, each with one
+# problem (the Kernel Tuner kernels), the spec distance and the model's score tell the folds
+# apart and the full fit learns each fold's outcome (dedispersion's Brier score: 0.757 with all
+# five, 0.432 with three); with many problems per device (the H200 GEMMs) the full fit is better.
+FIT_VARIANTS: dict[str, tuple[tuple[str, ...], float]] = {
+    "all": (FEATURES, 1.0),
+    "transferable": (("log_position", "nearest_log_rel", "nearest_flat"), 0.1),
+}
 NEAR_LOG_REL = float(np.log1p(0.03))
 MAX_DISTANCE = 8.0
 MISSING_LOG_REL = 3.0  # a candidate the nearest device never ran: as if it failed there
@@ -83,27 +86,65 @@ class Calibration:
     intercept: float = 0.0
     n_rows: int = 0
     base_rate: float = 0.0
+    variant: str = "all"  # which of FIT_VARIANTS was fit
 
     @classmethod
-    def fit(cls, X: np.ndarray, y: np.ndarray, *, seed: int = 0) -> Calibration:
-        """Fit on out-of-fold rows; with one class only, answer its rate for every row."""
+    def fit(
+        cls, X: np.ndarray, y: np.ndarray, *, seed: int = 0, variant: str = "all"
+    ) -> Calibration:
+        """Fit on out-of-fold rows; with one class only, answer its rate for every row.
+
+        `variant` names the features used and the penalty (FIT_VARIANTS); the coefficients
+        of the other features are 0.
+        """
         y = np.asarray(y, dtype=int)
         rate = float(y.mean()) if len(y) else 0.0
         if len(np.unique(y)) < 2:
             clipped = min(max(rate, 1e-4), 1 - 1e-4)
             return cls(
-                intercept=float(np.log(clipped / (1 - clipped))), n_rows=len(y), base_rate=rate
+                intercept=float(np.log(clipped / (1 - clipped))),
+                n_rows=len(y),
+                base_rate=rate,
+                variant=variant,
             )
-        used = [FEATURES.index(name) for name in FIT_FEATURES]
-        fitted = LogisticRegression(C=FIT_C, max_iter=1000, random_state=seed).fit(X[:, used], y)
+        names, c = FIT_VARIANTS[variant]
+        used = [FEATURES.index(name) for name in names]
+        fitted = LogisticRegression(C=c, max_iter=1000, random_state=seed).fit(X[:, used], y)
         coef = np.zeros(len(FEATURES))
         coef[used] = fitted.coef_[0]
         return cls(
-            coef=[float(c) for c in coef],
+            coef=[float(x) for x in coef],
             intercept=float(fitted.intercept_[0]),
             n_rows=int(len(y)),
             base_rate=rate,
+            variant=variant,
         )
+
+    @classmethod
+    def choose(cls, folds: list[tuple[np.ndarray, np.ndarray]], *, seed: int = 0) -> Calibration:
+        """Fit the FIT_VARIANTS variant whose fits on all folds but one best predict that one
+        (mean Brier score over the folds), on every fold's rows; `folds` are (X, y) per
+        training device."""
+        X = np.concatenate([x for x, _ in folds])
+        y = np.concatenate([o for _, o in folds])
+        if len(folds) < 2:
+            return cls.fit(X, y, seed=seed)
+        scores: dict[str, float] = {}
+        for variant in FIT_VARIANTS:
+            briers = []
+            for i, (x_out, y_out) in enumerate(folds):
+                rest = [f for j, f in enumerate(folds) if j != i]
+                fitted = cls.fit(
+                    np.concatenate([x for x, _ in rest]),
+                    np.concatenate([o for _, o in rest]),
+                    seed=seed,
+                    variant=variant,
+                )
+                if len(y_out):
+                    briers.append(brier_score_loss(y_out, fitted.predict(x_out), pos_label=1))
+            scores[variant] = float(np.mean(briers)) if briers else 0.0
+        best = min(FIT_VARIANTS, key=lambda v: (scores[v], list(FIT_VARIANTS).index(v)))
+        return cls.fit(X, y, seed=seed, variant=best)
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         """Return P(within 3% of the best) per row."""
@@ -118,6 +159,7 @@ class Calibration:
             "intercept": self.intercept,
             "n_rows": self.n_rows,
             "base_rate": self.base_rate,
+            "variant": self.variant,
         }
 
     @classmethod
@@ -127,6 +169,7 @@ class Calibration:
             intercept=float(doc["intercept"]),
             n_rows=int(doc.get("n_rows", 0)),
             base_rate=float(doc.get("base_rate", 0.0)),
+            variant=str(doc.get("variant", "all")),
         )
 
 

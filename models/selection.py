@@ -242,10 +242,14 @@ def choose_policy(
             Fold(holdout=name, baseline_nearest=GateFigures.of(nearest), policies=policies)
         )
     chosen = _best(folds)
-    rows = [r.calibration_rows[chosen.name] for results in per_fold for r in results]
-    calibration = Calibration.fit(
-        np.concatenate([X for X, _ in rows]), np.concatenate([y for _, y in rows]), seed=seed
-    )
+    fold_rows = []
+    for results in per_fold:
+        rows = [r.calibration_rows[chosen.name] for r in results]
+        if rows:
+            fold_rows.append(
+                (np.concatenate([X for X, _ in rows]), np.concatenate([y for _, y in rows]))
+            )
+    calibration = Calibration.choose(fold_rows, seed=seed)
     rule = (
         f"leave-one-out over {len(inner)} of {len(known)} training configurations: of the "
         "policies at least "
