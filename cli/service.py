@@ -373,6 +373,10 @@ def bench_priors(
     ingest_rate: Annotated[
         int, typer.Option(min=0, help="measurements/s pushed beside a second open loop")
     ] = 0,
+    ingest_replica: Annotated[
+        bool,
+        typer.Option(help="push the ingest through a service process of its own (same Postgres)"),
+    ] = False,
     holdout: Annotated[str, typer.Option(help="GPU kept out of training")] = "W7800",
     reuse_model: Annotated[
         bool, typer.Option(help="activate the model kept from an earlier run of the same recipe")
@@ -392,6 +396,7 @@ def bench_priors(
         open_s=seconds,
         hosts_per_job=hosts_per_job,
         ingest_rate=ingest_rate,
+        ingest_replica=ingest_replica,
         holdout=holdout,
         reuse_model=reuse_model,
     )

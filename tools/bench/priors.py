@@ -24,6 +24,7 @@ import os
 import platform
 import threading
 import time
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -72,6 +73,9 @@ class PriorsBenchConfig:
     hosts_per_job: int = 50
     pairs: int = 2000
     ingest_rate: int = 0
+    # Push the ingest through a service process of its own (an ingest deployment) against the
+    # same Postgres, instead of through the workers that answer priors.
+    ingest_replica: bool = False
     holdout: str = "W7800"
     max_candidates: int = 1000
     n_estimators: int = 100
@@ -132,14 +136,17 @@ def _observed_calls(pairs: list[tuple[str, str]], limit: int) -> list[Call]:
     ]
 
 
-def _model_calls(split: Any, config: PriorsBenchConfig) -> list[Call]:
-    """A new GPU (fingerprint) every `hosts_per_job` requests, all asking its problems."""
+def _model_calls(split: Any, config: PriorsBenchConfig, *, first_job: int = 0) -> list[Call]:
+    """A new GPU (fingerprint) every `hosts_per_job` requests, all asking its problems.
+
+    GPUs are numbered from `first_job`: a second loop asks about GPUs the first never did.
+    """
     hardware = split.heldout[0].hardware
     problems = [run.problem for run in split.heldout]
     count = int(config.rate * config.open_s)
     calls = []
     for i in range(count):
-        job = i // config.hosts_per_job
+        job = first_job + i // config.hosts_per_job
         spec = hardware.model_copy(update={"clock_mhz": hardware.clock_mhz + (job + 1) * 1e-3})
         if config.hosts_per_job >= count:  # one job: the GPU exactly as the catalog has it
             spec = hardware
@@ -336,15 +343,26 @@ def run_priors_bench(
             ingest: dict[str, Any] = {}
             if config.ingest_rate:
                 say(f"open loops again beside {config.ingest_rate:,} measurements/s of ingest")
-                pacer = IngestPacer(
-                    service.base_url,
-                    tokens[Role.AGENT],
-                    per_s=config.ingest_rate,
-                    duration_s=2 * config.open_s + 1.0,
-                )
-                pacer.start()
-                busy = _open_loops(service.base_url, headers, config, calls)
-                pacer.join()
+                jobs = len(model) // config.hosts_per_job + 1
+                busy_calls = {
+                    "observed": observed,
+                    "model": _model_calls(split, config, first_job=jobs),  # GPUs not yet asked
+                }
+                with ExitStack() as stack:
+                    push_to = service.base_url
+                    if config.ingest_replica:
+                        push_to = stack.enter_context(
+                            running_service(url, workers=1, env=env)
+                        ).base_url
+                    pacer = IngestPacer(
+                        push_to,
+                        tokens[Role.AGENT],
+                        per_s=config.ingest_rate,
+                        duration_s=2 * config.open_s + 1.0,
+                    )
+                    pacer.start()
+                    busy = _open_loops(service.base_url, headers, config, busy_calls)
+                    pacer.join()
                 ingest = {
                     "ingest_observed_p99_ms": busy["observed"].percentile_ms(99),
                     "ingest_model_p99_ms": busy["model"].percentile_ms(99),

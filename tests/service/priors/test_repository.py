@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import uuid
 from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
@@ -92,7 +93,7 @@ def test_the_top_candidates_come_off_the_rank_index_without_a_sort(db_session: S
 def test_one_round_trip_finds_the_hardware_the_problem_and_the_same_top(
     db_session: Session,
 ) -> None:
-    spec = hardware_spec()
+    spec = hardware_spec(name=f"NVIDIA H200 {uuid.uuid4().hex[:8]}")  # a row of its own
     hardware, key = spec.fingerprint(), unique_problem()
     problem = key.key_hash()
     db_session.add(
