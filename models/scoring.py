@@ -109,7 +109,7 @@ def evaluate_group(
     frame = model.predict_frame(hardware, problem, candidates)
     rankings = source_rankings(model, hardware, problem, frame)
     shortlist = model.reference_.shortlist(problem.key_hash(), exclude=hw_key)
-    served_part = _Shortlisted.of(model, hardware, problem, candidates, frame, shortlist)
+    served_part = _Shortlisted.of(model, hardware, problem, candidates, rankings, shortlist)
     baselines: dict[str, Ranker] = {
         "baseline_nearest": NearestRanker(),
         "baseline_random": RandomRanker(seed=seed),
@@ -129,12 +129,12 @@ def evaluate_group(
             result.scores[name], result.curves[name] = score(true_us, ranking)
     near_best = _near_best(true_us)
     for candidate in CANDIDATE_POLICIES:
-        order = served_part.rank(candidate).order
-        result.candidates[candidate.name] = ranking_scores(true_us, order)
-        features, top = served_part.calibration(candidate)
+        ranking = served_part.rank(candidate)
+        result.candidates[candidate.name] = ranking_scores(true_us, ranking.order)
+        features, top = served_part.calibration(ranking)
         result.calibration_rows[candidate.name] = (features, near_best[top].astype(int))
     if choice is not None and choice.calibration is not None:
-        features, top = served_part.calibration(policy)
+        features, top = served_part.calibration(served)
         confidence = choice.calibration.predict(features)
         result.confidence = (confidence, near_best[top].astype(int))
     return result
@@ -158,42 +158,41 @@ class _Shortlisted:
         hardware: HardwareSpec,
         problem: ProblemKey,
         candidates: list[Candidate],
-        frame: pd.DataFrame,
+        rankings: SourceRankings,
         shortlist: frozenset[str] | None,
     ) -> _Shortlisted:
+        """Split the group whose `rankings` (of every candidate) are given."""
+        frame = rankings.frame
         everything = np.arange(len(candidates))
-        whole = source_rankings(model, hardware, problem, frame)
-        if shortlist is None:
-            return cls(everything, whole, everything[:0], everything[:0], _predicted(frame))
-        listed = np.array([c.id in shortlist for c in candidates], dtype=bool)
+        listed = np.array([shortlist is None or c.id in shortlist for c in candidates])
         head, tail = everything[listed], everything[~listed]
         if len(head) == 0 or len(tail) == 0:
-            return cls(everything, whole, everything[:0], everything[:0], _predicted(frame))
+            return cls(everything, rankings, everything[:0], everything[:0], _predicted(frame))
         head_frame = model.predict_frame(hardware, problem, [candidates[i] for i in head])
-        tail_scores = frame["score"].to_numpy()[tail]
         return cls(
             head=head,
             head_rankings=source_rankings(model, hardware, problem, head_frame),
             tail=tail,
-            tail_order=order_by(tail_scores, ascending=False),
+            tail_order=order_by(frame["score"].to_numpy()[tail], ascending=False),
             predicted_us=_predicted(frame),
         )
 
     def rank(self, ranker: Ranker) -> Ranking:
+        """Return the ranker's order of the shortlist, then the rest by the model."""
         ranking = ranker.rank(self.head_rankings)
         assert ranking is not None  # the model and every policy order every candidate
         order = np.concatenate([self.head[ranking.order], self.tail[self.tail_order]])
         sources = (*ranking.sources, *("model",) * len(self.tail))
         return Ranking(orders=(order,), sources=sources, predicted_us=self.predicted_us)
 
-    def calibration(self, ranker: Ranker) -> tuple[np.ndarray, np.ndarray]:
-        """Return the calibration features of the first positions served, and those positions
-        in the group (features as serving computes them, on the shortlist)."""
-        ranking = ranker.rank(self.head_rankings)
-        assert ranking is not None
-        top = ranking.order[:CALIBRATION_TOP]
-        features = _features(self.head_rankings, top, self.head_rankings.frame)
-        return features, self.head[top]
+    def calibration(self, ranking: Ranking) -> tuple[np.ndarray, np.ndarray]:
+        """Return the calibration features of the first positions `rank` served, as serving
+        computes them (on the shortlist), and those positions in the group."""
+        local = np.empty(len(self.head) + len(self.tail), dtype=int)
+        local[self.head] = np.arange(len(self.head))
+        top = ranking.order[: min(CALIBRATION_TOP, len(self.head))]
+        features = _features(self.head_rankings, local[top], self.head_rankings.frame)
+        return features, top
 
 
 def _predicted(frame: pd.DataFrame) -> np.ndarray:

@@ -129,7 +129,8 @@ def test_evaluation_ranks_as_serving_does_the_shortlist_first(
     shortlist = model.reference_.shortlist(problem.key_hash())
     assert shortlist is not None
     frame = model.predict_frame(a6000, problem, candidates)
-    split = _Shortlisted.of(model, a6000, problem, candidates, frame, shortlist)
+    rankings = source_rankings(model, a6000, problem, frame)
+    split = _Shortlisted.of(model, a6000, problem, candidates, rankings, shortlist)
     order = split.rank(BlendPolicy()).order
     assert sorted(order) == list(range(len(candidates)))  # every candidate, once
     head = [candidates[i].id for i in order[: len(split.head)]]
