@@ -5,18 +5,22 @@ hit costs a tuple and a dict lookup before the winner launches. Nothing is dispa
 on trust: a winner runs only after it was checked against a float64 reference and beat
 the default head to head on this host, by the engine's margin, called the way the
 program calls it (launches from Python, host time included). It is checked once more
-against the default on the program's first real operands; a winner that raises or
-answers wrong at run time goes back to the default for good, and is banned.
+against the default on the program's first real operands, then timed beside the default
+on the program's next calls: a call's host time inside a program can be several times
+what it is in a loop of its own, and a winner whose launch costs more there than its
+kernel saves goes back to the default. A winner that raises or answers wrong at run time
+goes back to the default for good, and is banned.
 """
 
 from __future__ import annotations
 
 import logging
 import statistics
+import time
 import types
 import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -46,6 +50,31 @@ class Mode(StrEnum):
     TUNE = "tune"
 
 
+@dataclass(frozen=True)
+class HeadToHead:
+    """A winner against the default, per call in µs: device time and host time of each."""
+
+    default_device_us: float
+    winner_device_us: float
+    default_host_us: float
+    winner_host_us: float
+
+    @property
+    def gain(self) -> float:
+        """The winner's gain over the default, paying both its host and its device time."""
+        default = self.default_device_us + self.default_host_us
+        return default / (self.winner_device_us + self.winner_host_us) - 1
+
+
+@dataclass
+class Trial:
+    """A winner timed beside the default on the program's own calls: host µs per call."""
+
+    calls: int
+    winner_us: list[float] = field(default_factory=list)
+    default_us: list[float] = field(default_factory=list)
+
+
 @dataclass(eq=False)
 class Route:
     """Where calls of one signature go: a runner, or the default (runner None)."""
@@ -55,8 +84,13 @@ class Route:
     candidate: Candidate | None = None
     # How the choice was made, for logs and the bench ("hit", "miss", "near tie", ...).
     reason: str = "miss"
-    # Calls still to compare with the default before the winner's output is trusted.
+    # Calls still to check before the route runs its winner alone: the first compare its
+    # output with the default's, the rest (`trial`) time it beside the default in the program.
     checks_left: int = 0
+    trial: Trial | None = None
+    head_to_head: HeadToHead | None = None
+    # The gain measured on the program's own calls, once the trial ended.
+    program_gain: float | None = None
     calls: int = 0
     slot: int = -1
     gain: float | None = None
@@ -73,6 +107,8 @@ class RuntimeStats:
     probes: int = 0
     near_ties: int = 0
     faults: int = 0
+    # winners admitted head to head that lost on the program's own calls
+    lost_in_program: int = 0
     revalidated: int = 0
     fleet_winners: int = 0
     admission_ms: float = 0.0
@@ -80,6 +116,8 @@ class RuntimeStats:
 
 
 ProbeFn = Callable[[ProblemKey], ProbeRun]
+# Signatures of layers' own routes and of compiled graphs': not routed by torch's functions.
+LAYER_SIGNATURES = frozenset({"linear-layer", "conv1d-layer", "traced"})
 
 
 @dataclass
@@ -92,6 +130,9 @@ class AdmissionSettings:
     max_reps: int = 200
     # The first calls on the program's own operands are compared with the default's output.
     verify_calls: int = 1
+    # The next calls alternate the winner and the default, timing each call's host time in
+    # the program; the winner stays only if it still gains by `min_gain` (0: no trial).
+    trial_calls: int = 16
     # A layer whose every route keeps the default gets its own forward back after this
     # many such calls in a row (0: never). Not in record mode, which counts every call.
     settle_after: int = 64
@@ -151,6 +192,11 @@ class Runtime:
         self.layer_routes: list[dict[Any, Route]] = []
         # Layers given their own forward back, with the routing forward to restore.
         self.settled: list[tuple[weakref.ref[Any], Callable[..., Any]]] = []
+        # torch's functions: calls the default kept in a row, and the count that settles them
+        # (-1: never); whether they are torch's own again (`patching.settle_functions`).
+        self.quiet_calls = 0
+        self.settle_at = self.settle_after if self.settle_after > 0 else -1
+        self.functions_settled = False
         from agents.runtime.patching import STATE, register
 
         self._state = STATE
@@ -160,20 +206,19 @@ class Runtime:
     # -- the hot path ----------------------------------------------------------------------
     def run(self, route: Route, a: Any, b: Any) -> Any:
         """Run the route's winner on A and B; on any fault, run the default and stop using it."""
+        if route.checks_left > 0:
+            return self._checked(route, a, b)
         runner = route.runner
         assert runner is not None
         state = self._state
         saved, state.active = state.active, None  # the runner's own torch calls run as they are
         try:
-            out = runner(a, b)
+            return runner(a, b)
         except Exception as exc:
             self.fault(route, f"raised {type(exc).__name__}: {exc}")
             return self.default(a, b)
         finally:
             state.active = saved
-        if route.checks_left <= 0:
-            return out
-        return self._verify(route, out, a, b)
 
     def product(self, a: Any, b: Any) -> Any:
         """Return A @ B for logical views, through the cache: the backward products' way in."""
@@ -198,6 +243,7 @@ class Runtime:
         """Find where calls of `sig` go, and keep the answer (except during graph capture)."""
         from agents.runtime.patching import suspended
 
+        self.quiet_calls = 0  # a new product: the functions' quiet run starts again
         problem = gemm_problem(a, b, tf32=_tf32(a))
         with suspended():  # probes and admission call torch's own products
             route = self.decide(problem, capturing=_capturing(a))
@@ -237,8 +283,19 @@ class Runtime:
             self.settled.append((weakref.ref(layer), forward))
         return True
 
+    def functions_quiet(self) -> bool:
+        """Whether no product routed through torch's functions runs a winner."""
+        return all(
+            route.runner is None
+            for sig, route in self.routes.items()
+            if sig[0] not in LAYER_SIGNATURES
+        )
+
     def unsettle(self) -> None:
-        """Route the settled layers again (their next call decides its shape anew)."""
+        """Route the settled layers and functions again (their next call decides anew)."""
+        from agents.runtime.patching import unsettle_functions
+
+        unsettle_functions(self)
         for ref, forward in self.settled:
             layer = ref()
             if layer is not None and "forward" not in vars(layer):
@@ -270,8 +327,6 @@ class Runtime:
         return self.admit(problem, entry, stale=stale)
 
     def _tune(self, problem: ProblemKey) -> CacheEntry | None:
-        import time
-
         assert self.probe is not None
         start = time.perf_counter()
         try:
@@ -292,8 +347,6 @@ class Runtime:
     # -- admission: validation and head to head ----------------------------------------------
     def admit(self, problem: ProblemKey, entry: CacheEntry, *, stale: bool = False) -> Route:
         """Check a cached winner on this host and return its route (the default's if it fails)."""
-        import time
-
         candidate = entry.winner
         if candidate.id == VENDOR_DEFAULT.id:
             self.stats.hits += 1
@@ -344,7 +397,8 @@ class Runtime:
         if not check.ok:
             self.fault_candidate(problem, candidate, f"wrong result: {check.reason()}")
             return Route(problem=problem, reason=f"{candidate.label()} gave a wrong result")
-        gain = self._head_to_head(operands, runner)
+        duel = self._head_to_head(operands, runner)
+        gain = duel.gain
         what = "re-validated after a version change" if stale else "hit"
         if gain < self.admission.min_gain:
             self.stats.near_ties += 1
@@ -360,7 +414,9 @@ class Runtime:
             candidate=candidate,
             gain=gain,
             reason=f"{what}: {candidate.label()} {gain:+.1%} head to head",
-            checks_left=self.admission.verify_calls,
+            checks_left=self.admission.verify_calls + self.admission.trial_calls,
+            trial=Trial(calls=self.admission.trial_calls) if self.admission.trial_calls else None,
+            head_to_head=duel,
         )
 
     def admit_compiled(self, route: Route) -> bool:
@@ -390,7 +446,7 @@ class Runtime:
         try:
             graph = make_fx(_torch_matmul)(operands.a, operands.b)
             inductor = _inductor.compile(graph, [operands.a, operands.b])
-            gain = self._head_to_head(operands, route.runner, default=inductor)
+            gain = self._head_to_head(operands, route.runner, default=inductor).gain
         except Exception as exc:  # inductor cannot build it here: keep inductor's product
             log.warning("no compiled head to head for %s: %s", route.problem.canonical(), exc)
             return False
@@ -399,8 +455,8 @@ class Runtime:
 
     def _head_to_head(
         self, operands: Any, runner: Runner, *, default: Callable[..., Any] | None = None
-    ) -> float:
-        """Return the winner's gain over the default, called as the program calls them.
+    ) -> HeadToHead:
+        """Time the winner against the default, called as the program calls them.
 
         Each side's cost is its host time per call (Python and launch) plus its time per
         call in a launch loop timed on the device. A program whose GPU waits on the host
@@ -419,16 +475,17 @@ class Runtime:
         orders = [interleaved([0, 1], r) for r in range(s.rounds)]
         rows = timer.sample_rounds(armed, orders)
         host = self._host_us(calls, orders, reps=min(reps, 50))
-        default_us = statistics.median(row[0] for row in rows) + host[0]
-        winner_us = statistics.median(row[1] for row in rows) + host[1]
-        return default_us / winner_us - 1
+        return HeadToHead(
+            default_device_us=statistics.median(row[0] for row in rows),
+            winner_device_us=statistics.median(row[1] for row in rows),
+            default_host_us=host[0],
+            winner_host_us=host[1],
+        )
 
     def _host_us(
         self, calls: list[Callable[[], Any]], orders: list[list[int]], *, reps: int
     ) -> list[float]:
         """Return each call's median host time per call (µs), the device drained before each."""
-        import time
-
         samples: list[list[float]] = [[] for _ in calls]
         for order in orders:
             for i in order:
@@ -440,9 +497,53 @@ class Runtime:
         self.device.synchronize()
         return [statistics.median(v) for v in samples]
 
-    # -- faults ------------------------------------------------------------------------------
-    def _verify(self, route: Route, out: Any, a: Any, b: Any) -> Any:
+    # -- a new route's first calls: checked, then timed in the program ------------------------
+    def _checked(self, route: Route, a: Any, b: Any) -> Any:
+        """Run one of a new route's first calls: a verified call, or a call of its trial."""
+        trial = route.trial
+        if trial is None or route.checks_left > trial.calls:
+            route.checks_left -= 1
+            return self._verified(route, a, b)
+        if _capturing(a):  # nothing to time while a graph records: the trial waits
+            return self._call(route, a, b)
+        route.checks_left -= 1
+        winner_turn = route.checks_left % 2 == 0
+        start = time.perf_counter_ns()
+        out = self._call(route, a, b) if winner_turn else self._call_default(a, b)
+        took = (time.perf_counter_ns() - start) / 1e3
+        (trial.winner_us if winner_turn else trial.default_us).append(took)
+        if route.checks_left == 0:
+            self._judge(route, trial)
+        return out
+
+    def _call(self, route: Route, a: Any, b: Any) -> Any:
+        """Call the route's winner once, with the runtime off; on a fault, the default."""
+        runner = route.runner
+        if runner is None:  # it faulted earlier in these checks
+            return self.default(a, b)
+        state = self._state
+        saved, state.active = state.active, None
+        try:
+            return runner(a, b)
+        except Exception as exc:
+            self.fault(route, f"raised {type(exc).__name__}: {exc}")
+            return self.default(a, b)
+        finally:
+            state.active = saved
+
+    def _call_default(self, a: Any, b: Any) -> Any:
+        state = self._state
+        saved, state.active = state.active, None
+        try:
+            return self.default(a, b)
+        finally:
+            state.active = saved
+
+    def _verified(self, route: Route, a: Any, b: Any) -> Any:
         """Compare the winner's output with the default's; on a mismatch return the default's."""
+        out = self._call(route, a, b)
+        if route.runner is None:
+            return out
         expected = self.default(a, b)
         assert route.problem is not None
         tolerance = TOLERANCE[route.problem.dtype]
@@ -451,8 +552,36 @@ class Runtime:
             reason = "NaN or Inf" if err == float("inf") else f"relative error {err:.2e}"
             self.fault(route, f"wrong result on the program's operands: {reason}")
             return expected
-        route.checks_left -= 1
         return out
+
+    def _judge(self, route: Route, trial: Trial) -> None:
+        """Keep the winner only if it still gains with the host time it costs in the program.
+
+        On a GPU a call costs its host time and its device time (the head to head's); only
+        the host time is taken again here, as the program's own Python and caches make it.
+        On the CPU the host time is the whole call.
+        """
+        route.trial = None
+        duel = route.head_to_head
+        if route.runner is None or not trial.winner_us or not trial.default_us:
+            return
+        winner_host = statistics.median(trial.winner_us)
+        default_host = statistics.median(trial.default_us)
+        winner, default = winner_host, default_host
+        if self.device.is_gpu and duel is not None:
+            winner += duel.winner_device_us
+            default += duel.default_device_us
+        route.program_gain = gain = default / max(winner, 1e-3) - 1
+        if gain >= self.admission.min_gain:
+            return
+        self.stats.lost_in_program += 1
+        route.runner = None
+        route.reason = (
+            f"lost in the program: {route.reason}, but a call took {winner_host:.1f} µs of host "
+            f"time against the default's {default_host:.1f} µs ({gain:+.1%} in all)"
+        )
+
+    # -- faults ------------------------------------------------------------------------------
 
     def fault(self, route: Route, reason: str) -> None:
         """Send this route to the default for good; ban its candidate and say so once."""

@@ -5,6 +5,10 @@
 as PyTorch TunableOp's switch is); `tune(model)` routes a module's linear layers without
 touching torch. With no runtime active, or for calls TPS does not model (an `out=`
 argument, scaled addmm, tensor subclasses), the original function runs untouched.
+
+Once the block's products have all kept the default for `settle_after` calls in a row,
+with no new one, torch gets its own functions back for the rest of the block: a call then
+costs nothing, as a settled layer does (`settle_functions`).
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ class _State:
 
     active: Runtime | None = None
     stack: list[Runtime | None] = []
+    # Whether torch's functions are the routing versions now.
+    patched: bool = False
 
 
 STATE = _State()
@@ -117,8 +123,16 @@ def route_product(
     route = rt.routes.get(sig) or rt.resolve(sig, a, b)
     route.calls += 1
     if route.runner is None and not _needs_grad(a, b, bias):
+        _quiet(rt)
         return default()
     return _dispatch(rt, route, a, b, bias)
+
+
+def _quiet(rt: Runtime) -> None:
+    """Count a call the default kept; enough in a row give torch its functions back."""
+    rt.quiet_calls += 1
+    if rt.quiet_calls == rt.settle_at:
+        settle_functions(rt)
 
 
 def _sig(name: str, a: Any, b: Any) -> tuple[Any, ...]:
@@ -147,13 +161,10 @@ def _routing(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
             return original(input, mat2, out=out) if out is not None else original(input, mat2)
         if _is_compiling():
             return route_product(rt, name, input, mat2, None, lambda: original(input, mat2))
-        if input.dtype is _F32:
-            device = input.get_device()
-            sig: tuple[Any, ...] = (name, _F32, device, input.shape, input.stride())
-            sig += (mat2.shape, mat2.stride(), device >= 0 and _allow_tf32())
-        else:
-            sig = (name, input.dtype, input.get_device(), input.shape, input.stride())
-            sig += (mat2.shape, mat2.stride())
+        dtype = input.dtype
+        device = input.get_device()
+        sig: tuple[Any, ...] = (name, dtype, device, input.shape, input.stride(), mat2.shape)
+        sig += (mat2.stride(), device >= 0 and _allow_tf32()) if dtype is _F32 else (mat2.stride(),)
         route = rt.routes.get(sig)
         if route is None:
             route = rt.resolve(sig, input, mat2)
@@ -161,6 +172,9 @@ def _routing(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         if _grad_enabled() and (input.requires_grad or mat2.requires_grad):
             return _Product.apply(rt, route, input, mat2)  # type: ignore[no-untyped-call]
         if route.runner is None:
+            rt.quiet_calls += 1
+            if rt.quiet_calls == rt.settle_at:
+                settle_functions(rt)
             return original(input, mat2)
         return rt.run(route, input, mat2)
 
@@ -188,6 +202,7 @@ def linear_with(rt: Runtime | None, input: Any, weight: Any, bias: Any) -> Any:
         route = rt.resolve(sig, input.reshape(-1, input.shape[-1]), weight.t())
     route.calls += 1
     if route.runner is None and not _needs_grad(input, weight, bias):
+        _quiet(rt)
         return _linear(input, weight, bias)
     out = _dispatch(rt, route, input.reshape(-1, input.shape[-1]), weight.t(), bias)
     return out.view(*input.shape[:-1], weight.shape[0])
@@ -333,11 +348,16 @@ ROUTING: dict[tuple[Any, str], Callable[..., Any]] = {
 }
 
 
+def _patch(routing: bool) -> None:
+    for (owner, name), fn in ROUTING.items():
+        setattr(owner, name, fn if routing else ORIGINAL[name])
+    STATE.patched = routing
+
+
 def activate(runtime: Runtime | None) -> None:
-    """Make `runtime` the one that routes calls, swapping torch's functions in once."""
-    if not STATE.stack:
-        for (owner, name), fn in ROUTING.items():
-            setattr(owner, name, fn)
+    """Make `runtime` the one that routes calls, swapping torch's functions in."""
+    if not STATE.patched:
+        _patch(True)
     STATE.stack.append(STATE.active)
     STATE.active = runtime
 
@@ -345,9 +365,34 @@ def activate(runtime: Runtime | None) -> None:
 def deactivate() -> None:
     """Restore the runtime active before; the last one out restores torch's functions."""
     STATE.active = STATE.stack.pop()
-    if not STATE.stack:
-        for owner, name in ROUTING:
-            setattr(owner, name, ORIGINAL[name])
+    if not STATE.stack and STATE.patched:
+        _patch(False)
+
+
+def settle_functions(rt: Runtime) -> bool:
+    """Give torch its own functions back for the rest of `rt`'s block, if nothing they route
+    runs a winner; return whether it did.
+
+    Only the one open block's runtime settles (a nested block routes again). The settled
+    block sees no new products: `unsettle_functions` (a warm start, a version change)
+    routes them again.
+    """
+    rt.quiet_calls = 0
+    if STATE.active is not rt or len(STATE.stack) != 1 or not STATE.patched:
+        return False
+    if not rt.functions_quiet():
+        return False
+    _patch(False)
+    rt.functions_settled = True
+    return True
+
+
+def unsettle_functions(rt: Runtime) -> None:
+    """Route torch's functions through `rt` again, if its block is open and they settled."""
+    if rt.functions_settled:
+        rt.functions_settled = False
+        if STATE.active is rt and STATE.stack and not STATE.patched:
+            _patch(True)
 
 
 # -- torch.compile ----------------------------------------------------------------------------

@@ -93,6 +93,8 @@ class CaseResult:
     routing_layers: int = 0
     settled_layers: int = 0
     near_ties: int = 0
+    # winners admitted head to head that lost when timed on the program's own calls
+    lost_in_program: int = 0
     problems: int = 0
     tunableop_ms: float | None = None
     tunableop_tuning_s: float | None = None
@@ -253,6 +255,8 @@ def run_case(
             "candidate": r.candidate.label() if r.candidate else None,
             "routed": r.runner is not None,
             "gain": r.gain,
+            "program_gain": r.program_gain,
+            "head_to_head": asdict(r.head_to_head) if r.head_to_head else None,
             "compiled_gain": r.compiled_gain,
             "reason": r.reason,
         }
@@ -304,6 +308,7 @@ def _eager(
     _install(model, {})()
     result.probes = first.runtime.stats.probes
     result.near_ties = first.runtime.stats.near_ties
+    result.lost_in_program = first.runtime.stats.lost_in_program
     result.routing_layers = len(host1)
 
 
@@ -607,7 +612,24 @@ def measure_overhead(device: str, *, calls: int = 4_000, rounds: int = 31) -> di
             table.clear()
             table.update(hits)
             linear["hit"].append(per_call_us(lambda: layer(x)))
+    # A miss once the block settled: every product kept the default `settle_after` calls in
+    # a row, so torch's own functions are back (what a program pays after its warm-up).
+    settling = open_session(device=device, cache=ProbeCache(None))
+    settled: dict[str, list[float]] = {"plain": [], "miss": []}
+    with torch.no_grad(), tuned(settling):
+        for _ in range(settling.runtime.settle_after + 1):
+            torch.mm(a, b)
+        for _ in range(rounds):
+            with suspended():
+                settled["plain"].append(per_call_us(lambda: torch.mm(a, b)))
+            settled["miss"].append(per_call_us(lambda: torch.mm(a, b)))
+        functions_settled = settling.runtime.functions_settled
+    settling.close()
     out: dict[str, Any] = {"device": device, "dtype": str(dtype), "size": size, "calls": calls_n}
+    out["mm_functions_settled"] = functions_settled
+    out["mm_settled_miss_overhead_us"] = statistics.median(settled["miss"]) - statistics.median(
+        settled["plain"]
+    )
     for label, series in (("mm", results), ("linear", linear)):
         med = {k: statistics.median(v) for k, v in series.items()}
         out[f"{label}_plain_us"] = med["plain"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -21,8 +22,9 @@ from tps.candidate import Candidate
 from tps.hardware import HardwareSpec
 from tps.problem import ProblemKey
 
-# Admits any winner however slow: tests of routing must not depend on timing.
-ANY_GAIN = AdmissionSettings(min_gain=-1.0, rounds=3, target_us=200.0, max_reps=5)
+# Admits any winner however slow, with no trial in the program: tests of routing must not
+# depend on timing, and count the calls that reach the winner.
+ANY_GAIN = AdmissionSettings(min_gain=-1.0, rounds=3, target_us=200.0, max_reps=5, trial_calls=0)
 
 
 class ScaledProvider:
@@ -33,6 +35,8 @@ class ScaledProvider:
 
     def __init__(self) -> None:
         self.calls = 0
+        # Seconds each launch sleeps: a launch that costs more in the program than it did alone.
+        self.delay_s = 0.0
 
     def available(self, device: Device) -> bool:
         return True
@@ -48,6 +52,8 @@ class ScaledProvider:
 
         def run() -> Any:
             self.calls += 1
+            if self.delay_s:
+                time.sleep(self.delay_s)
             if 0 <= fail_after < self.calls:
                 raise RuntimeError("launch failed: an illegal memory access")
             return torch.matmul(operands.a, operands.b) * scale
@@ -96,6 +102,7 @@ def make_runtime(
         mode: Mode = Mode.DISPATCH,
         admission: AdmissionSettings = ANY_GAIN,
         probe: Any = None,
+        default: Callable[[Any, Any], Any] | None = None,
     ) -> Runtime:
         cache = ProbeCache(tmp_path / "cache.json")
         cache.merge(list(entries))
@@ -112,6 +119,7 @@ def make_runtime(
             bans=BanList(tmp_path / "bans.json"),
             probe=probe,
             admission=admission,
+            default=default,
         )
 
     return make

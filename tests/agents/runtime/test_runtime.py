@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from typing import Any
 
 import pytest
@@ -80,6 +81,63 @@ def test_a_near_tie_goes_to_the_default(make_runtime, cpu_hardware, operands):
     (route,) = rt.decisions()
     assert route.runner is None and route.reason.startswith("near tie")
     assert rt.stats.near_ties == 1
+
+
+def _slow_default(a: Any, b: Any) -> Any:
+    """A default that costs 2 ms a call, so that any winner beats it head to head."""
+    time.sleep(0.002)
+    return torch.matmul(a, b)
+
+
+TRIAL = AdmissionSettings(min_gain=0.01, rounds=3, target_us=200.0, max_reps=5, trial_calls=6)
+
+
+def test_a_winner_that_loses_in_the_program_goes_back_to_the_default(
+    make_runtime, cpu_hardware, operands
+):
+    x, w, _ = operands
+    rt = make_runtime(
+        entries=[entry_for(linear_problem(x, w), cpu_hardware, scaled(scale=1.0))],
+        admission=TRIAL,
+        default=_slow_default,
+    )
+    provider = rt.providers["cpu-scaled"]
+    with tuned(RuntimeSession(runtime=rt)):
+        F.linear(x, w)  # admitted: far faster than the default alone
+        (route,) = rt.decisions()
+        assert route.runner is not None and route.head_to_head is not None
+        assert route.head_to_head.gain > 0.5
+        provider.delay_s = 0.01  # in the program, each launch now costs 10 ms of host time
+        outputs = [F.linear(x, w) for _ in range(1 + TRIAL.trial_calls)]  # verify, then trial
+        assert route.runner is None and route.reason.startswith("lost in the program")
+        assert route.program_gain is not None and route.program_gain < -0.5
+        assert rt.stats.lost_in_program == 1
+        calls = provider.calls
+        F.linear(x, w)
+        assert provider.calls == calls  # the default runs from now on
+    # the trial's outputs are the product, whichever side ran
+    for y in outputs:
+        assert torch.allclose(y, x @ w.t(), atol=1e-4)
+
+
+def test_a_winner_that_holds_in_the_program_keeps_running(make_runtime, cpu_hardware, operands):
+    x, w, _ = operands
+    rt = make_runtime(
+        entries=[entry_for(linear_problem(x, w), cpu_hardware, scaled(scale=1.0))],
+        admission=TRIAL,
+        default=_slow_default,
+    )
+    provider = rt.providers["cpu-scaled"]
+    with tuned(RuntimeSession(runtime=rt)):
+        for _ in range(2 + TRIAL.trial_calls):
+            F.linear(x, w)
+        (route,) = rt.decisions()
+        assert route.runner is not None and route.trial is None
+        assert route.program_gain is not None and route.program_gain > 0.5
+        calls = provider.calls
+        F.linear(x, w)
+        assert provider.calls == calls + 1
+    assert rt.stats.lost_in_program == 0
 
 
 def test_every_entry_point_routes_its_problem(make_runtime, cpu_hardware):
@@ -459,6 +517,54 @@ def test_record_mode_never_settles(make_runtime, tmp_path):
     assert all("forward" in vars(m) for m in model)
     assert sorted(r.calls for r in rt.decisions()) == [6, 6]
     untune(model)
+
+
+SETTLE_3 = AdmissionSettings(
+    min_gain=-1.0, rounds=3, target_us=200.0, max_reps=5, trial_calls=0, settle_after=3
+)
+
+
+def test_functions_settle_once_every_product_keeps_the_default(make_runtime):
+    rt = make_runtime(admission=SETTLE_3)
+    a, b = torch.randn(8, 16), torch.randn(16, 4)
+    with tuned(RuntimeSession(runtime=rt)):
+        routed = torch.mm
+        torch.mm(a, b)
+        F.linear(a, b.t())  # a new call signature: the quiet run starts again, at 1
+        torch.mm(a, b)
+        assert torch.mm is routed and not rt.functions_settled
+        torch.mm(a, b)  # the third kept call in a row with nothing new
+        assert rt.functions_settled
+        assert torch.mm is not routed and F.linear is not routed
+        calls = {id(r): r.calls for r in rt.decisions()}
+        torch.mm(a, b), F.linear(a, b.t())
+        assert {id(r): r.calls for r in rt.decisions()} == calls  # torch's own functions ran
+        rt.forget()  # a warm start or a version change routes them again
+        assert torch.mm is routed and not rt.functions_settled
+    assert torch.mm is not routed
+
+
+def test_functions_with_a_winner_or_in_record_mode_keep_routing(
+    make_runtime, cpu_hardware, tmp_path
+):
+    a, b = torch.randn(8, 16), torch.randn(16, 4)
+    winner = make_runtime(
+        entries=[entry_for(gemm_problem(a, b, tf32=False), cpu_hardware, scaled(scale=1.0))],
+        admission=SETTLE_3,
+    )
+    c = torch.randn(5, 16)
+    with tuned(RuntimeSession(runtime=winner)):
+        routed = torch.mm
+        torch.mm(a, b)
+        for _ in range(6):
+            torch.mm(c, b)  # a product the default keeps, beside one with a winner
+        assert torch.mm is routed and not winner.functions_settled
+    recorder = make_runtime(mode=Mode.RECORD, admission=SETTLE_3)
+    with tuned(RuntimeSession(runtime=recorder, record=tmp_path / "r.csv")):
+        for _ in range(6):
+            torch.mm(c, b)
+        assert torch.mm is routed
+    assert [r.calls for r in recorder.decisions()] == [6]
 
 
 def test_under_compile_a_winner_must_also_beat_inductors_product(make_runtime, cpu_hardware):
