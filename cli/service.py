@@ -377,6 +377,9 @@ def bench_priors(
         bool,
         typer.Option(help="push the ingest through a service process of its own (same Postgres)"),
     ] = False,
+    ingest_nice: Annotated[
+        int, typer.Option(min=0, max=19, help="that process's CPU niceness (TPS_CPU_NICE)")
+    ] = 0,
     holdout: Annotated[str, typer.Option(help="GPU kept out of training")] = "W7800",
     reuse_model: Annotated[
         bool, typer.Option(help="activate the model kept from an earlier run of the same recipe")
@@ -397,6 +400,7 @@ def bench_priors(
         hosts_per_job=hosts_per_job,
         ingest_rate=ingest_rate,
         ingest_replica=ingest_replica,
+        ingest_nice=ingest_nice,
         holdout=holdout,
         reuse_model=reuse_model,
     )

@@ -106,10 +106,17 @@ def build_daemon(
             transport=transport,
         )
     )
+    push_client = client
+    if settings.push_url != settings.service_url:  # an ingest deployment of its own
+        push_client = resources.enter_context(
+            httpx.Client(
+                base_url=settings.push_url, timeout=settings.push_timeout_s, transport=transport
+            )
+        )
     token = settings.token.get_secret_value() if settings.token else None
     pusher = Pusher(
         spool=spool,
-        client=client,
+        client=push_client,
         token=token,
         batch_runs=settings.push_batch_runs,
         policy=RetryPolicy(

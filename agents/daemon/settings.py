@@ -46,6 +46,9 @@ class AgentSettings(BaseSettings):
     )
 
     service_url: str = "http://127.0.0.1:8000"
+    # Where probe runs are pushed when ingest has a deployment of its own (deploy/k8s/ingest.yaml);
+    # priors are still asked of service_url.
+    ingest_url: str | None = None
     token: SecretStr | None = None
     device: str = "auto"
     op_config: Path | None = None
@@ -80,10 +83,15 @@ class AgentSettings(BaseSettings):
     machine_id_path: Path = Path("/etc/machine-id")
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
 
-    @field_validator("service_url")
+    @field_validator("service_url", "ingest_url")
     @classmethod
-    def _strip_slash(cls, value: str) -> str:
-        return value.rstrip("/")
+    def _strip_slash(cls, value: str | None) -> str | None:
+        return value.rstrip("/") if value is not None else None
+
+    @property
+    def push_url(self) -> str:
+        """The base URL probe runs are pushed to."""
+        return self.ingest_url or self.service_url
 
     @classmethod
     def settings_customise_sources(

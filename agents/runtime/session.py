@@ -170,9 +170,13 @@ def _connect(
     rt.defer_probes = rt.mode is Mode.TUNE  # ask the fleet before probing anything
     spool = Spool(agent.spool_path, max_runs=agent.spool_max_runs).open()
     session.closers.append(spool.close)
+    push_client = client
+    if service.rstrip("/") == agent.service_url and agent.push_url != agent.service_url:
+        push_client = httpx.Client(base_url=agent.push_url, timeout=30.0, transport=transport)
+        session.closers.append(push_client.close)
     session.pusher = Pusher(
         spool=spool,
-        client=client,
+        client=push_client,
         token=token,
         batch_runs=agent.push_batch_runs,
         policy=RetryPolicy(max_attempts=3, initial_s=0.5, max_s=5.0),

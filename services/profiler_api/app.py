@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -58,6 +59,8 @@ ROUTERS = (
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
+    if settings.cpu_nice > os.nice(0):
+        os.nice(settings.cpu_nice - os.nice(0))
     url = await run_in_threadpool(resolve_database_url, settings)
     engine = make_engine(url, settings)
     app.state.engine = engine

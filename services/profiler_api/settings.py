@@ -71,6 +71,11 @@ class Settings(BaseSettings):
     training_stale_s: float = Field(
         default=3600.0, gt=0, description="a running job older than this is claimed again"
     )
+    # An ingest-only deployment on the cores that answer priors: a higher niceness lets the
+    # priors processes run first while a burst is stored (0 leaves the process as started).
+    cpu_nice: int = Field(
+        default=0, ge=0, le=19, description="raise this process's CPU niceness to at least this"
+    )
     # Ingest allocates many small objects; fewer young-generation collections keep it fast.
     gc_threshold: int = Field(default=50_000, gt=0)
 

@@ -92,8 +92,33 @@ def test_the_api_scales_and_survives_disruptions() -> None:
     assert pdb["selector"]["matchLabels"].items() <= labels.items()
     service = _named("Service", "tps-api")["spec"]
     assert service["selector"].items() <= labels.items()
-    backend = _named("Ingress", "tps-api")["spec"]["rules"][0]["http"]["paths"][0]["backend"]
-    assert backend["service"]["name"] == "tps-api"
+    paths = _named("Ingress", "tps-api")["spec"]["rules"][0]["http"]["paths"]
+    routes = {p["path"]: p["backend"]["service"]["name"] for p in paths}
+    assert routes["/"] == "tps-api"
+
+
+def test_ingest_has_a_deployment_of_its_own_below_the_readers() -> None:
+    paths = _named("Ingress", "tps-api")["spec"]["rules"][0]["http"]["paths"]
+    routes = {p["path"]: p["backend"]["service"]["name"] for p in paths}
+    assert routes["/v1/probe-runs"] == "tps-ingest"
+    service = _named("Service", "tps-ingest")["spec"]
+    pod = _named("Deployment", "tps-ingest")["spec"]["template"]
+    assert service["selector"].items() <= pod["metadata"]["labels"].items()
+    assert _named("HorizontalPodAutoscaler", "tps-ingest")["spec"]["minReplicas"] >= 2
+    [ingest] = pod["spec"]["containers"]
+    [api] = _named("Deployment", "tps-api")["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in ingest["env"]}
+    assert int(env["TPS_CPU_NICE"]) > 0 and env["TPS_TRAINING_WORKER"] == "false"
+
+    def millicores(c: dict[str, Any]) -> float:
+        cpu = str(c["resources"]["requests"]["cpu"])
+        return float(cpu[:-1]) if cpu.endswith("m") else float(cpu) * 1000
+
+    assert millicores(ingest) < millicores(api)
+    # The agents in the cluster push there and ask the readers for priors.
+    config = yaml.safe_load(_named("ConfigMap", "tps-agent")["data"]["agent.yaml"])
+    assert config["ingest_url"].startswith("http://tps-ingest.")
+    assert config["service_url"].startswith("http://tps-api.")
 
 
 def test_each_api_pod_migrates_before_it_serves() -> None:

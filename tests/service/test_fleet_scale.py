@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -296,3 +297,26 @@ def test_an_answer_is_kept_longer_when_priors_are_read_from_the_primary() -> Non
         ).priors_cache_ttl_s()
         == 30.0
     )
+
+
+def test_an_ingest_process_runs_at_its_niceness_and_stores_what_it_is_sent(
+    migrated_database_url: str,
+) -> None:
+    token = _token(migrated_database_url)
+    hardware, problem = hardware_spec(), unique_problem()
+    fast = cublaslt(11)
+    query = {"hardware_id": hardware.fingerprint(), "problem": problem.key_hash()}
+    ingest_env = {"TPS_CPU_NICE": "7", "TPS_TRAINING_WORKER": "false"}
+    with (
+        running_service(migrated_database_url, env=ingest_env) as ingest,
+        running_service(migrated_database_url, env={"TPS_TRAINING_WORKER": "false"}) as priors,
+        _client(ingest.base_url, token) as writer,
+        _client(priors.base_url, token) as reader,
+    ):
+        assert os.getpriority(os.PRIO_PROCESS, ingest.pid) == 7
+        assert os.getpriority(os.PRIO_PROCESS, priors.pid) == os.getpriority(os.PRIO_PROCESS, 0)
+        run = probe_run(hardware=hardware, problem=problem, latencies=[(fast, 50.0)])
+        assert writer.post("/v1/probe-runs", content=batch_body([run])).status_code == 200
+        response = reader.get("/v1/priors", params=query)
+        assert response.status_code == 200, response.text
+        assert [c["candidate_id"] for c in response.json()["candidates"]] == [fast.id]

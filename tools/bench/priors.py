@@ -76,6 +76,8 @@ class PriorsBenchConfig:
     # Push the ingest through a service process of its own (an ingest deployment) against the
     # same Postgres, instead of through the workers that answer priors.
     ingest_replica: bool = False
+    # The ingest process's niceness (TPS_CPU_NICE), as an ingest deployment would be given.
+    ingest_nice: int = 0
     holdout: str = "W7800"
     max_candidates: int = 1000
     n_estimators: int = 100
@@ -351,8 +353,9 @@ def run_priors_bench(
                 with ExitStack() as stack:
                     push_to = service.base_url
                     if config.ingest_replica:
+                        replica_env = {**env, "TPS_CPU_NICE": str(config.ingest_nice)}
                         push_to = stack.enter_context(
-                            running_service(url, workers=1, env=env)
+                            running_service(url, workers=1, env=replica_env)
                         ).base_url
                     pacer = IngestPacer(
                         push_to,
@@ -364,6 +367,8 @@ def run_priors_bench(
                     busy = _open_loops(service.base_url, headers, config, busy_calls)
                     pacer.join()
                 ingest = {
+                    "ingest_replica": config.ingest_replica,
+                    "ingest_nice": config.ingest_nice if config.ingest_replica else 0,
                     "ingest_observed_p99_ms": busy["observed"].percentile_ms(99),
                     "ingest_model_p99_ms": busy["model"].percentile_ms(99),
                     "ingest_errors": busy["observed"].errors + busy["model"].errors,

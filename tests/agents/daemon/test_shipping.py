@@ -470,8 +470,10 @@ class RecordingTransport(httpx.BaseTransport):
     def __init__(self) -> None:
         self.inner = httpx.HTTPTransport()
         self.bodies: list[bytes] = []
+        self.hosts: list[str] = []
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.hosts.append(request.url.host)
         body = request.read()
         if request.headers.get("content-encoding") == "gzip":
             body = gzip.decompress(body)
@@ -539,6 +541,31 @@ def test_payloads_carry_no_host_user_path_or_model_identifiers(
                 "source", "created_at",
             }  # fmt: skip
             assert run["host_id"] != Path("/etc/machine-id").read_text().strip()
+
+
+def test_runs_go_to_the_ingest_url_and_priors_questions_to_the_service(
+    tmp_path: Path, agent_token: str, service: ServiceProcess, cpu_engine
+) -> None:
+    service.start()
+    # Two names of one service: the ingest deployment's address, and the priors readers'.
+    ingest_url = service.url.replace("127.0.0.1", "localhost")
+    settings = agent_settings(tmp_path, service, agent_token, count=10, ingest_url=ingest_url)
+    transport = RecordingTransport()
+    agent = build_daemon(settings, engine=cpu_engine, transport=transport)
+    agent.daemon.run(threading.Event(), once=True)
+    agent.close()
+    pushes = [
+        h
+        for h, b in zip(transport.hosts, transport.bodies, strict=True)
+        if b.startswith(b'{"runs"')
+    ]
+    questions = [
+        h
+        for h, b in zip(transport.hosts, transport.bodies, strict=True)
+        if b.startswith(b'{"hardware"')
+    ]
+    assert pushes and set(pushes) == {"localhost"}
+    assert questions and set(questions) == {"127.0.0.1"}
 
 
 # -- warm start from the service's priors ---------------------------------------------------
