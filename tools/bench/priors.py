@@ -252,7 +252,10 @@ def run_priors_bench(
         with psycopg.connect(libpq_url(url)) as conn:
             fleet = generate_fleet(conn, measurements=config.measurements, org_id=org_id)
             conn.commit()
-            conn.execute("ANALYZE")
+            # Vacuumed now, not by autovacuum in the middle of a timed loop: a fleet's
+            # database is measured in its steady state, not just after a bulk load.
+            conn.autocommit = True
+            conn.execute("VACUUM (ANALYZE)")
             pairs = sample_pairs(conn, count=config.pairs)
         say(f"generated {fleet}")
         # One LightGBM thread for the set-up's retrain: two spin against each other (and
