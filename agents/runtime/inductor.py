@@ -5,7 +5,12 @@ compiles, on every host, at every cold start: that search is most of its compile
 Inside `compiled(session)`:
 
 - a product whose winner this host's cache or the fleet knows compiles with that one
-  configuration: inductor's lookup table, so nothing is timed and epilogues still fuse;
+  configuration: inductor's lookup table, so nothing is timed and epilogues still fuse.
+  `shortlist=N` serves the fleet's N fastest instead (and its fastest ATen/extern choice,
+  where one was measured), which inductor times with their fused epilogues as max-autotune
+  does with its finalists. On the H200 that was slower than the winner alone in 3 of 4
+  cases (BENCHMARKS.md): decode there is bound by the host, and the epilogue benchmarking,
+  which compares GPU time only, leaves more kernels to launch;
 - a product nobody measured yet is searched by inductor as under max-autotune, and TPS
   records every configuration it timed: a probe run per product, cached here and pushed
   to the service, so the next host of the same GPU model compiles it with no search.
@@ -39,6 +44,8 @@ log = logging.getLogger("agents.runtime")
 
 BACKEND = INDUCTOR_BACKEND
 TEMPLATE_ID = "template_id"
+EXTERN_PREFIX = "aten::"  # inductor's uid of an ATen/extern choice (cuBLAS), e.g. aten::addmm
+SHORTLIST = 1  # the winner alone: measured faster than a shortlist of 3
 OPS = frozenset({"mm", "addmm", "bmm"})
 DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}
 MAX_STR_PARAM = 256
@@ -123,6 +130,10 @@ def config_candidate(template_id: str, kwargs: dict[str, Any]) -> Candidate | No
         return None
 
 
+def _is_extern(candidate: Candidate) -> bool:
+    return str(candidate.params.get(TEMPLATE_ID, "")).startswith(EXTERN_PREFIX)
+
+
 def _is_key(name: str) -> bool:
     return 0 < len(name) <= 64 and re.fullmatch(KEY_PATTERN, name) is not None
 
@@ -131,37 +142,85 @@ def _is_key(name: str) -> bool:
 class CompiledStats:
     """What a compiled block did: products served from the cache or fleet, products searched."""
 
+    lookups: int = 0  # inductor's questions: one per product and group of templates
     hits: int = 0
     fleet_hits: int = 0
+    served: int = 0  # configurations handed to inductor over all hits
     searched: int = 0
 
 
 class InductorFleet:
-    """The winners of inductor's GEMM search on this hardware: cache, fleet and recorder."""
+    """The winners of inductor's GEMM search on this hardware: cache, fleet and recorder.
 
-    def __init__(self, session: RuntimeSession) -> None:
+    `shortlist` is how many of a product's fastest configurations inductor gets to time
+    (1, the default: the winner alone, which inductor compiles with no timing).
+    """
+
+    def __init__(self, session: RuntimeSession, *, shortlist: int = SHORTLIST) -> None:
+        if shortlist < 1:
+            raise ValueError(f"shortlist must be at least 1, not {shortlist}")
         self.session = session
+        self.shortlist = shortlist
         self.stats = CompiledStats()
         self._asked: set[str] = set()
         self._recorded: set[str] = set()
         self._problems: dict[str, ProblemKey] = {}
+        self._rankings: dict[str, list[Candidate]] = {}
 
     # -- lookup: what inductor asks while it lowers a product -----------------------------
     def configs(self, problem: ProblemKey) -> list[dict[str, Any]] | None:
-        """The one configuration to compile `problem` with, or None: inductor searches."""
+        """The configurations to compile `problem` with, fastest first; None: inductor searches."""
         rt = self.session.runtime
+        self.stats.lookups += 1
+        key = problem.key_hash()
         entry = rt.cache.get(problem, rt.hardware)
-        if entry is None and self.session.fleet is not None:
-            entry = self._ask_fleet(problem)
-            if entry is not None:
+        if entry is None or key not in self._rankings:
+            asked = self._ask_fleet(problem)  # a cached winner alone has no ranking
+            if entry is None and asked is not None:
+                entry = asked
                 self.stats.fleet_hits += 1
         if entry is None or entry.winner.backend != BACKEND:
             return None
         self.stats.hits += 1
-        return [dict(entry.winner.params)]  # the template id and its parameters
+        shortlist = self.shortlisted(problem, entry.winner)
+        self.stats.served += len(shortlist)
+        return [dict(c.params) for c in shortlist]  # each a template id and its parameters
+
+    def shortlisted(self, problem: ProblemKey, winner: Candidate) -> list[Candidate]:
+        """The winner, then the next fastest up to `shortlist`, plus the fastest extern choice.
+
+        Where the recorded ranking's extern choice (cuBLAS through ATen) falls outside a
+        shortlist of several it still joins it: inductor then weighs a library kernel with its
+        epilogue apart against the Triton templates with theirs fused, as max-autotune does.
+        A shortlist of one is the winner alone: nothing is timed.
+        """
+        ranking = [c for c in self._rankings.get(problem.key_hash(), []) if c.id != winner.id]
+        shortlist = [winner, *ranking][: self.shortlist]
+        if self.shortlist > 1 and not any(_is_extern(c) for c in shortlist):
+            shortlist += [c for c in ranking if _is_extern(c)][:1]
+        return shortlist
+
+    def learn(self, run: ProbeRun) -> None:
+        """Keep the ranking of a search: its valid configurations, fastest first."""
+        valid = [m for m in run.measurements if m.valid and m.median_us is not None]
+        valid.sort(key=lambda m: m.median_us or math.inf)
+        ranking = [m.candidate for m in valid if m.candidate.backend == BACKEND]
+        if ranking:
+            self._rankings[run.problem.key_hash()] = ranking
+            self._problems.setdefault(run.problem.key_hash(), run.problem)
+
+    def searching(self, problem: ProblemKey) -> bool:
+        """Whether inductor searches `problem` here: no winner was served for it."""
+        rt = self.session.runtime
+        return (
+            problem.key_hash() not in self._rankings and rt.cache.get(problem, rt.hardware) is None
+        )
 
     def _ask_fleet(self, problem: ProblemKey) -> Any:
-        """The fleet's observed winner of `problem`, merged into the cache (asked once)."""
+        """The fleet's observed winner of `problem` and its ranking (asked once).
+
+        The winner is merged into the cache where the cache has none of its own.
+        """
         from agents.runtime.fleet import FleetError
 
         fleet, rt = self.session.fleet, self.session.runtime
@@ -174,8 +233,15 @@ class InductorFleet:
         except FleetError as exc:
             log.warning("no fleet answer for %s; inductor searches: %s", problem.canonical(), exc)
             return None
+        for prior in priors:
+            if prior.source == "observed":
+                ranked = sorted(prior.candidates, key=lambda c: c.rank)
+                ranking = [c.candidate for c in ranked if c.candidate.backend == BACKEND]
+                if ranking:
+                    self._rankings[key] = ranking
         entries = fleet.entries(rt.hardware, [problem], priors)
-        rt.cache.merge(entries)
+        if rt.cache.get(problem, rt.hardware) is None:
+            rt.cache.merge(entries)
         return entries[0] if entries else None
 
     # -- recording: what inductor timed when it had to search -----------------------------
@@ -211,6 +277,7 @@ class InductorFleet:
             rationale="inductor's GEMM search under max-autotune, recorded by TPS",
         )
         rt.cache.put(run)
+        self.learn(run)
         if rt.on_probe is not None:
             rt.on_probe(run)
         self.stats.searched += 1
@@ -309,7 +376,9 @@ def _choices_class() -> type:
                 template_choices, kernel_inputs, templates, op_name, kwarg_overrides
             )
             problem = self.fleet.problem_of(kernel_inputs, op_name)
-            if problem is None:
+            # A served product is not searched: templates its configurations do not name
+            # (ATen's, which torch 2.13 asks for apart in addmm) join it unrecorded.
+            if problem is None or not self.fleet.searching(problem):
                 return chosen
             for ktc in chosen:
                 annotations = getattr(ktc, "annotations", None)
@@ -322,11 +391,14 @@ def _choices_class() -> type:
 
 
 @contextmanager
-def compiled(session: RuntimeSession | None = None, **options: Any) -> Iterator[InductorFleet]:
+def compiled(
+    session: RuntimeSession | None = None, *, shortlist: int = SHORTLIST, **options: Any
+) -> Iterator[InductorFleet]:
     """Compile inside the block with the fleet's GEMM winners; search and record the rest.
 
     Give an open `session` or the options of `open_session`. The first call of a
-    compiled model compiles it, so that call belongs inside the block.
+    compiled model compiles it, so that call belongs inside the block. `shortlist` is how
+    many of each product's fastest configurations inductor times (see `InductorFleet`).
     """
     import torch._inductor.config as inductor_config
     from torch._inductor import select_algorithm
@@ -336,7 +408,7 @@ def compiled(session: RuntimeSession | None = None, **options: Any) -> Iterator[
 
     own = session is None
     session = session or open_session(**options)
-    fleet = InductorFleet(session)
+    fleet = InductorFleet(session, shortlist=shortlist)
     handler = _choices_class()(fleet)
     saver = select_algorithm.get_algorithm_selector_cache()  # the one that searches
     with ExitStack() as stack:

@@ -180,7 +180,7 @@ def test_layers_without_a_winner_settle_and_a_winner_keeps_routing(tmp_path):
 
 
 def test_compiled_searches_a_product_once_and_a_second_host_compiles_it_with_no_search(tmp_path):
-    """Host 1's compile searches each GEMM and records it; host 2 compiles the winner alone."""
+    """Host 1's compile searches each GEMM and records it; host 2 times only the shortlist."""
     import torch._inductor.config as inductor_config
 
     from agents.runtime import compiled
@@ -210,9 +210,12 @@ def test_compiled_searches_a_product_once_and_a_second_host_compiles_it_with_no_
         second.runtime.cache.merge(first.runtime.cache.entries())
         torch._dynamo.reset()
         f2 = torch.compile(lambda t: torch.relu(layer(t)))
-        with compiled(second) as fleet2:
+        with compiled(second, shortlist=3) as fleet2:
+            for run in runs:  # the fleet's rankings, as the service would give them
+                fleet2.learn(run)
             y2 = f2(x)
     assert fleet2.stats.hits >= 1 and fleet2.stats.searched == 0
+    assert fleet2.stats.served > fleet2.stats.hits  # more than the winner alone
     torch.testing.assert_close(y1, reference, atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(y2, reference, atol=2e-2, rtol=2e-2)
     first.close(), second.close()

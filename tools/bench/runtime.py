@@ -113,7 +113,14 @@ class CaseResult:
     second_host_compile_s: float | None = None
     second_host_compile_searched: int | None = None
     second_host_compile_hits: int | None = None
+    # inductor's lookups (a product asks once per group of templates) and configurations served
+    second_host_compile_lookups: int | None = None
+    second_host_compile_served: int | None = None
     second_host_vs_max_autotune: float | None = None
+    # host 2 with the fleet's 3 fastest per product (`shortlist=3`), which inductor times
+    second_host_top3_ms: float | None = None
+    second_host_top3_compile_s: float | None = None
+    second_host_top3_vs_max_autotune: float | None = None
     # host 2 again, compiled in max-autotune's own mode: the fleet's GEMMs, inductor's other tuning
     second_host_mode_ms: float | None = None
     second_host_mode_compile_s: float | None = None
@@ -123,6 +130,10 @@ class CaseResult:
     second_host_speedup: float | None = None
     second_host_warm_start_s: float | None = None
     decisions: list[dict[str, Any]] = field(default_factory=list)
+    # with `profile`: each compiled variant's kernels (device time per forward)
+    kernels: dict[str, Any] = field(default_factory=dict)
+    # with `autotune`: every GEMM search inductor ran while compiling, by variant
+    autotune: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
@@ -210,10 +221,14 @@ def run_case(
     token: str | None = None,
     compile_modes: tuple[str, ...] = ("default", "max-autotune"),
     eager: bool = True,
+    profile: bool = False,
+    autotune: bool = False,
 ) -> CaseResult:
     """Measure one model and case; `service` enables the second-host warm start.
 
     `eager=False` measures the compiled variants alone (no eager probing, no TunableOp).
+    `profile` adds each compiled variant's kernel table, `autotune` every GEMM search
+    inductor timed while compiling (the diagnosis of `benchmarks/diag_compiled.py`).
     """
     import torch
 
@@ -240,7 +255,9 @@ def run_case(
     rt = first.runtime
     with _noted(result, "torch.compile"):
         hosts = FleetHosts(first=first, workdir=workdir, service=service, token=token)
-        _compiled(model, forward, clock, result, compile_modes, hosts)
+        searches = AutotuneLog() if autotune else None
+        _compiled(model, forward, clock, result, compile_modes, hosts, searches, profile)
+        result.autotune = searches.entries if searches is not None else []
     if eager:
         with _noted(result, "TunableOp"):
             _tunableop(model, forward, clock, result, device, workdir)
@@ -319,22 +336,28 @@ def _compiled(
     result: CaseResult,
     compile_modes: tuple[str, ...],
     fleet: FleetHosts,
+    searches: AutotuneLog | None = None,
+    profile: bool = False,
 ) -> None:
     """Compile cold (no inductor caches), in this order: default, max-autotune, TPS, TPS host 2.
 
     Host 1 compiles a copy inside `tps_runtime.compiled`: inductor searches each GEMM as
     max-autotune does and TPS records the searches, which go to the service. Host 2, with an
-    empty cache, compiles another copy with the fleet's winners and no search. (The eager
-    routes under torch.compile, the custom op, have their own tests and `compiled_gain`.)
+    empty cache, compiles another copy with the fleet's winners and no search, and once more
+    with a shortlist of each product's 3 fastest. (The eager routes under torch.compile, the
+    custom op, have their own tests and `compiled_gain`.)
     """
     import torch
     import torch._inductor.config as inductor_config
+    from torch._inductor import select_algorithm
 
     from agents import runtime as tps_runtime
 
     device = str(next(model.parameters()).device)
 
-    def first_call(run: Callable[[], Any]) -> float:
+    def first_call(run: Callable[[], Any], variant: str) -> float:
+        if searches is not None:
+            searches.variant = variant
         start = time.perf_counter()
         run()
         _sync(device)
@@ -342,17 +365,20 @@ def _compiled(
 
     torch._dynamo.reset()
     variants: dict[str, Callable[[], Any]] = {}
+    saver = select_algorithm.get_algorithm_selector_cache()
+    if searches is not None:
+        saver.add_feedback_saver(searches)
     with inductor_config.patch(force_disable_caches=True):
         if "default" in compile_modes:
             variants["compile"] = forward(torch.compile(model))
-            result.compile_s = first_call(variants["compile"])
+            result.compile_s = first_call(variants["compile"], "compile")
         if "max-autotune" in compile_modes:
             # A copy of its own: one module compiled in two modes would share cached frames.
             autotuned = copy.deepcopy(model)
             variants["max_autotune"] = forward(
                 torch.compile(autotuned, mode="max-autotune-no-cudagraphs")
             )
-            result.max_autotune_tuning_s = first_call(variants["max_autotune"])
+            result.max_autotune_tuning_s = first_call(variants["max_autotune"], "max_autotune")
         if "default" in compile_modes:
             # Each compile call differs from the others (options, dynamic): dynamo would
             # otherwise serve one model's copy with the graph compiled for another.
@@ -361,7 +387,7 @@ def _compiled(
                 torch.compile(copy.deepcopy(model), options=gemm_search)
             )
             with tps_runtime.compiled(fleet.first) as searched:
-                result.compile_tps_tuning_s = first_call(variants["compile_tps"])
+                result.compile_tps_tuning_s = first_call(variants["compile_tps"], "compile_tps")
             result.compile_tps_searched = searched.stats.searched
             fleet.first.flush()  # host 1's searches go to the service
             if fleet.service is not None:
@@ -370,10 +396,24 @@ def _compiled(
                     torch.compile(copy.deepcopy(model), options=gemm_search, dynamic=False)
                 )
                 with tps_runtime.compiled(second) as served:
-                    result.second_host_compile_s = first_call(variants["second_host_compile_tps"])
+                    result.second_host_compile_s = first_call(
+                        variants["second_host_compile_tps"], "second_host_compile_tps"
+                    )
                 result.second_host_compile_searched = served.stats.searched
                 result.second_host_compile_hits = served.stats.hits
+                result.second_host_compile_lookups = served.stats.lookups
+                result.second_host_compile_served = served.stats.served
                 second.close()
+                # The same fleet, each product's 3 fastest timed by inductor.
+                top3 = _host(device, fleet.workdir, "host2-top3", fleet.service, fleet.token)
+                variants["second_host_top3"] = forward(
+                    torch.compile(copy.deepcopy(model), options={**gemm_search, "debug": False})
+                )
+                with tps_runtime.compiled(top3, shortlist=3):
+                    result.second_host_top3_compile_s = first_call(
+                        variants["second_host_top3"], "second_host_top3"
+                    )
+                top3.close()
                 if "max-autotune" in compile_modes:
                     # The user's max-autotune mode inside `compiled`: GEMMs from the fleet,
                     # inductor's own tuning of everything else as max-autotune does it.
@@ -384,12 +424,18 @@ def _compiled(
                         )
                     )
                     with tps_runtime.compiled(third) as moded:
-                        result.second_host_mode_compile_s = first_call(variants["second_host_mode"])
+                        result.second_host_mode_compile_s = first_call(
+                            variants["second_host_mode"], "second_host_mode"
+                        )
                     result.second_host_mode_searched = moded.stats.searched
                     third.close()
+    if searches is not None:
+        saver.feedback_saver_fns.remove(searches)
     if not variants:
         return
     times = clock.side_by_side(variants)
+    if profile:
+        result.kernels = {name: kernel_table(run, device) for name, run in variants.items()}
     result.compile_ms = times.get("compile")
     result.compile_tps_ms = times.get("compile_tps")
     result.max_autotune_ms = times.get("max_autotune")
@@ -407,7 +453,81 @@ def _compiled(
         result.second_host_vs_max_autotune = (
             result.max_autotune_ms / result.second_host_compile_tps_ms
         )
+    result.second_host_top3_ms = times.get("second_host_top3")
+    if result.max_autotune_ms and result.second_host_top3_ms:
+        result.second_host_top3_vs_max_autotune = (
+            result.max_autotune_ms / result.second_host_top3_ms
+        )
     torch._dynamo.reset()
+
+
+class AutotuneLog:
+    """Inductor's feedback, kept: each GEMM search's choices and their times, by variant."""
+
+    def __init__(self) -> None:
+        self.variant = ""
+        self.entries: list[dict[str, Any]] = []
+
+    def __call__(self, timings: dict[Any, float], name: str, input_nodes: Any, *_: Any) -> None:
+        ranked = sorted(timings.items(), key=lambda item: item[1])
+        self.entries.append(
+            {
+                "variant": self.variant,
+                "op": name,
+                "inputs": [_layout(node) for node in input_nodes],
+                "choices": [_choice(choice, ms) for choice, ms in ranked],
+            }
+        )
+
+
+def _layout(node: Any) -> str:
+    try:
+        return f"{node.get_dtype()}{list(node.get_size())}/{list(node.get_stride())}"
+    except Exception:  # a node inductor sizes symbolically
+        return type(node).__name__
+
+
+def _choice(choice: Any, ms: float) -> dict[str, Any]:
+    annotations = getattr(choice, "annotations", None) or {}
+    ktc = annotations.get("ktc")
+    return {
+        "ms": ms,
+        "template": getattr(getattr(ktc, "template", None), "uid", None),
+        "kind": type(choice).__name__,
+        "name": str(getattr(choice, "name", "")),
+        "description": str(getattr(choice, "description", ""))[:200],
+        "tagged": "tps" in annotations,
+    }
+
+
+def kernel_table(run: Callable[[], Any], device: str, *, forwards: int = 10) -> dict[str, Any]:
+    """Profile `forwards` forwards: each kernel's device time and launches per forward."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as profiler
+
+    activities = [ProfilerActivity.CUDA] if device.startswith("cuda") else [ProfilerActivity.CPU]
+    run()
+    _sync(device)
+    with profiler(activities=activities) as prof:
+        for _ in range(forwards):
+            run()
+        _sync(device)
+    rows = []
+    for event in prof.key_averages():
+        us = float(getattr(event, "device_time_total", 0.0) or 0.0)
+        if us > 0:
+            rows.append(
+                {
+                    "kernel": event.key[:160],
+                    "us": round(us / forwards, 2),
+                    "calls": event.count / forwards,
+                }
+            )
+    rows.sort(key=lambda row: -float(row["us"]))
+    return {
+        "device_us_per_forward": round(sum(float(row["us"]) for row in rows), 1),
+        "kernels": rows[:40],
+    }
 
 
 @dataclass

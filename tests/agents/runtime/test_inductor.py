@@ -76,6 +76,27 @@ def test_a_configuration_keeps_its_scalars_only():
     }  # fmt: skip
 
 
+@dataclass
+class Inputs:
+    """Inductor's KernelInputs of an mm (m x 64 by 64 x 48), as far as TPS reads it."""
+
+    m: int
+    _scalars: dict[str, Any] = field(default_factory=dict)
+
+    def dtypes(self):
+        return [BF16, BF16]
+
+    def shapes_hinted(self):
+        return [[self.m, 64], [64, 48]]
+
+    def strides_hinted(self):
+        return [[64, 1], [48, 1]]
+
+
+def inputs_of(m: int) -> Inputs:
+    return Inputs(m)
+
+
 @dataclass(eq=False)
 class Choice:
     """What inductor hands a feedback function: a choice with the annotations TPS set."""
@@ -108,9 +129,103 @@ def test_a_search_becomes_a_probe_run_and_the_cached_winner(make_runtime, cpu_ha
     assert by_block[64].median_us == pytest.approx(12.0)
     assert run.winner_id == by_block[64].candidate.id
     assert not by_block[128].valid and by_block[128].error
+    # by default the winner alone: inductor compiles it with no timing
     assert fleet.configs(problem) == [{"template_id": "triton::mm", "BLOCK_M": 64}]
-    assert fleet.stats.searched == 1 and fleet.stats.hits == 1
+    assert fleet.stats.searched == 1 and fleet.stats.hits == 1 and fleet.stats.served == 1
+    # a shortlist: the winner, then the next fastest valid configuration; never the failed one
+    fleet.shortlist = 3
+    assert fleet.configs(problem) == [
+        {"template_id": "triton::mm", "BLOCK_M": 64},
+        {"template_id": "triton::mm", "BLOCK_M": 32},
+    ]
     assert rt.cache.get(problem, cpu_hardware).winner.params["BLOCK_M"] == 64
+
+
+def ranked_search(fleet: InductorFleet, problem, timed: list[tuple[str, int, float]]) -> None:
+    """Feed `fleet` one search of `problem`: (template id, BLOCK_M, ms) per choice."""
+    fleet._problems[problem.key_hash()] = problem
+    timings: dict[Any, float] = {}
+    for template_id, block, ms in timed:
+        params = {"BLOCK_M": block} if block else {}
+        candidate = config_candidate(template_id, params)
+        timings[Choice({"tps": (problem.key_hash(), candidate)})] = ms
+    fleet.feedback(timings, "addmm", [], list(timings))
+
+
+SEARCH = [
+    ("triton::mm", 64, 0.010),
+    ("triton::mm", 32, 0.011),
+    ("triton::mm", 128, 0.012),
+    ("triton::mm", 16, 0.013),
+    ("aten::addmm", 0, 0.014),  # cuBLAS, fifth: outside a shortlist of three
+]
+
+
+def test_a_hit_serves_the_fastest_few_and_the_fastest_extern_choice(make_runtime):
+    fleet = InductorFleet(RuntimeSession(runtime=make_runtime()), shortlist=3)
+    problem = mm_problem()
+    ranked_search(fleet, problem, SEARCH)
+    served = fleet.configs(problem)
+    assert served == [
+        {"template_id": "triton::mm", "BLOCK_M": 64},
+        {"template_id": "triton::mm", "BLOCK_M": 32},
+        {"template_id": "triton::mm", "BLOCK_M": 128},
+        {"template_id": "aten::addmm"},
+    ]
+    # a shortlist of one is the winner alone (the default): no extern choice joins it
+    alone = InductorFleet(RuntimeSession(runtime=make_runtime()))
+    ranked_search(alone, problem, SEARCH)
+    assert alone.configs(problem) == [{"template_id": "triton::mm", "BLOCK_M": 64}]
+    # an extern choice inside the shortlist is served once
+    fast_blas = InductorFleet(RuntimeSession(runtime=make_runtime()), shortlist=2)
+    ranked_search(fast_blas, problem, [("aten::addmm", 0, 0.009), *SEARCH[:2]])
+    assert fast_blas.configs(problem) == [
+        {"template_id": "aten::addmm"},
+        {"template_id": "triton::mm", "BLOCK_M": 64},
+    ]
+    with pytest.raises(ValueError, match="shortlist"):
+        InductorFleet(RuntimeSession(runtime=make_runtime()), shortlist=0)
+
+
+@dataclass
+class Template:
+    uid: str
+
+
+@dataclass
+class Params:
+    kwargs: dict[str, Any]
+
+    def to_kwargs(self) -> dict[str, Any]:
+        return dict(self.kwargs)
+
+
+@dataclass(eq=False)
+class TemplateChoice:
+    """Inductor's KernelTemplateChoice, as far as the fallback reads it."""
+
+    template: Template
+    params: Params
+    annotations: dict[str, Any] = field(default_factory=dict)
+
+
+def test_only_a_product_being_searched_is_tagged_for_recording(make_runtime):
+    """A served product's other templates (ATen's, asked apart for addmm) join unrecorded."""
+    fleet = InductorFleet(RuntimeSession(runtime=make_runtime()))
+    choices = _choices_class()(fleet)
+    searched_problem, served_problem = mm_problem(m=4), mm_problem(m=8)
+    ranked_search(fleet, served_problem, SEARCH[:2])
+
+    def fallback(m: int) -> TemplateChoice:
+        ktc = TemplateChoice(Template("aten::addmm"), Params({}))
+        chosen = choices._fallback({"aten::addmm": iter([ktc])}, inputs_of(m), [], "mm")
+        assert chosen == [ktc]
+        return ktc
+
+    tagged = fallback(4)
+    assert tagged.annotations["tps"][0] == searched_problem.key_hash()
+    assert tagged.annotations["tps"][1].params == {"template_id": "aten::addmm"}
+    assert "tps" not in fallback(8).annotations
 
 
 def test_the_lookup_answers_only_templates_in_use(make_runtime):
@@ -119,23 +234,23 @@ def test_the_lookup_answers_only_templates_in_use(make_runtime):
     problem = mm_problem()
     searched(fleet, problem, {"64": 0.012})
 
-    class Inputs:  # inductor's KernelInputs, as far as the lookup reads it
-        _scalars: dict[str, Any] = {}
-
-        def dtypes(self):
-            return [BF16, BF16]
-
-        def shapes_hinted(self):
-            return [[4, 64], [64, 48]]
-
-        def strides_hinted(self):
-            return [[64, 1], [48, 1]]
-
     choices = _choices_class()(fleet)
-    found = choices.lookup_template_configs(Inputs(), "mm", ["triton::mm", "aten::mm"])
+    found = choices.lookup_template_configs(inputs_of(4), "mm", ["triton::mm", "aten::mm"])
     assert found == {"triton::mm": [{"BLOCK_M": 64}]}
-    assert choices.lookup_template_configs(Inputs(), "mm", ["aten::mm"]) == {}
-    assert choices.lookup_template_configs(Inputs(), "bmm", ["triton::bmm"]) == {}
+    assert choices.lookup_template_configs(inputs_of(4), "mm", ["aten::mm"]) == {}
+    assert choices.lookup_template_configs(inputs_of(4), "bmm", ["triton::bmm"]) == {}
+
+
+def test_the_lookup_groups_a_shortlist_by_template(make_runtime):
+    fleet = InductorFleet(RuntimeSession(runtime=make_runtime()), shortlist=2)
+    ranked_search(fleet, mm_problem(), SEARCH)
+    choices = _choices_class()(fleet)
+    found = choices.lookup_template_configs(inputs_of(4), "mm", ["triton::mm", "aten::addmm"])
+    assert found == {"triton::mm": [{"BLOCK_M": 64}, {"BLOCK_M": 32}], "aten::addmm": [{}]}
+    # addmm's ATen choices are asked apart: the shortlist's extern choice answers them
+    assert choices.lookup_template_configs(inputs_of(4), "mm", ["aten::addmm"]) == {
+        "aten::addmm": [{}]
+    }
 
 
 def test_compiling_inside_the_block_leaves_inductor_as_it_was(make_runtime):
@@ -180,12 +295,21 @@ def test_a_second_host_compiles_the_fleets_winner_without_a_search(make_runtime,
         asked = []
         fetch = fleet_priors.fetch
         fleet_priors.fetch = lambda hw, ps: asked.append(len(ps)) or fetch(hw, ps)  # type: ignore[method-assign]
-        fleet = InductorFleet(RuntimeSession(runtime=second, fleet=fleet_priors))
-        assert fleet.configs(problem) == [{"template_id": "triton::mm", "BLOCK_M": 64}]
-        assert fleet.configs(problem) is not None  # now from this host's cache
+        fleet = InductorFleet(RuntimeSession(runtime=second, fleet=fleet_priors), shortlist=2)
+        shortlist = [
+            {"template_id": "triton::mm", "BLOCK_M": 64},
+            {"template_id": "triton::mm", "BLOCK_M": 32},
+        ]  # the fleet's ranking, fastest first
+        assert fleet.configs(problem) == shortlist
+        assert fleet.configs(problem) == shortlist  # now from this host's cache
         assert fleet.configs(mm_problem(m=9)) is None  # never measured: inductor searches
         assert fleet.configs(mm_problem(m=9)) is None  # and the fleet is asked once only
-    assert asked == [1, 1] and fleet.stats.fleet_hits == 1 and fleet.stats.searched == 0
+        assert asked == [1, 1] and fleet.stats.fleet_hits == 1 and fleet.stats.searched == 0
+
+        # A host whose own cache holds the winner, but not the ranking, asks for it once.
+        warm = InductorFleet(RuntimeSession(runtime=second, fleet=fleet_priors), shortlist=2)
+        assert warm.configs(problem) == shortlist and warm.configs(problem) == shortlist
+        assert asked == [1, 1, 1] and warm.stats.fleet_hits == 0
 
 
 def test_a_torch_without_the_lookup_table_is_told_so(make_runtime, monkeypatch):
