@@ -71,6 +71,7 @@ def model_to_dict(model: LatencyModel) -> dict[str, Any]:
         "n_rows": model.n_rows_,
         "ranker": model.ranker_.model_to_string(),
         "regressor": model.regressor_.model_to_string(),
+        "latency": model.latency_.model_to_string() if model.latency_ is not None else None,
         "candidates": {k: c.model_dump(mode="json") for k, c in sorted(model.candidates_.items())},
         "hardware": {k: h.model_dump(mode="json") for k, h in sorted(ref.hardware.items())},
         "problems": {k: p.model_dump(mode="json") for k, p in sorted(ref.problems.items())},
@@ -86,6 +87,9 @@ def model_from_dict(doc: dict[str, Any]) -> LatencyModel:
     model.n_rows_ = int(doc["n_rows"])
     model.ranker_ = lgb.Booster(model_str=doc["ranker"])
     model.regressor_ = lgb.Booster(model_str=doc["regressor"])
+    # an artifact from before the anchored booster predicts latency with its regressor
+    latency = doc.get("latency")
+    model.latency_ = lgb.Booster(model_str=latency) if latency else None
     model.candidates_ = {k: Candidate.model_validate(v) for k, v in doc["candidates"].items()}
     model.reference_ = Reference(
         log_rel=_frame_from_dict(doc["log_rel"]),

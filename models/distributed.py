@@ -45,11 +45,12 @@ def fit_boosters_dask(
     client: Any,
     *,
     rank: tuple[np.ndarray, np.ndarray, np.ndarray],
-    regression: tuple[np.ndarray, np.ndarray],
+    regressions: dict[str, tuple[np.ndarray, np.ndarray]],
     params: dict[str, dict[str, Any]],
     n_estimators: int,
-) -> tuple[lgb.Booster, lgb.Booster]:
-    """Fit the ranker and the regressor on the cluster; return their local boosters.
+) -> tuple[lgb.Booster, dict[str, lgb.Booster]]:
+    """Fit the ranker and each regression (by name, all with `params["regressor"]`) on the
+    cluster; return their local boosters.
 
     Partitions hold whole query groups, as LightGBM's Dask ranker requires.
     """
@@ -68,15 +69,17 @@ def fit_boosters_dask(
         _dask_array(y_rank, chunks=(row_chunks,)),
         group=_dask_array(sizes, chunks=(group_chunks,)),
     )
-    X_reg, y_reg = regression
-    chunk = max(1, -(-len(y_reg) // n_workers))
-    regressor = lgb.DaskLGBMRegressor(
-        client=client,
-        objective="regression",
-        **_estimator_params(params["regressor"], n_estimators),
-    )
-    regressor.fit(
-        _dask_array(X_reg, chunks=(chunk, X_reg.shape[1])),
-        _dask_array(y_reg, chunks=(chunk,)),
-    )
-    return ranker.booster_, regressor.booster_
+    boosters = {}
+    for name, (X_reg, y_reg) in regressions.items():
+        chunk = max(1, -(-len(y_reg) // n_workers))
+        regressor = lgb.DaskLGBMRegressor(
+            client=client,
+            objective="regression",
+            **_estimator_params(params["regressor"], n_estimators),
+        )
+        regressor.fit(
+            _dask_array(X_reg, chunks=(chunk, X_reg.shape[1])),
+            _dask_array(y_reg, chunks=(chunk,)),
+        )
+        boosters[name] = regressor.booster_
+    return ranker.booster_, boosters

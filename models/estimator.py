@@ -6,6 +6,13 @@ regressor predicts log latency. Both see the same features: the problem, the can
 parameters, the hardware spec, their ratios, and reference features (how the candidate did,
 relative to the best, on the other known devices; computed leaving the row's own device out,
 so that training sees what prediction for a new device will see).
+
+`predicted_us` comes from a third booster, anchored: it learns how far a candidate's latency
+lies from what it measured on the closest known (device, problem), carried over by the ratio
+of their roofline bounds (`Reference.anchor_columns`), or from the roofline bound alone where
+no device ran it. Trees cannot extrapolate an absolute latency to a device faster or slower
+than every one they saw; a ratio to a measured neighbour they can. The ranking keeps the
+unanchored regressor: across vendors, with a handful of devices, the anchored one ranked worse.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import pandas as pd
 
 from models.dataset import GROUP_COLUMNS, TuningData, add_relative_time
 from models.features import CandidateBlock, candidate_table, feature_columns, feature_rows
-from models.reference import Reference
+from models.reference import ANCHOR_FEATURES, Reference
 from tps.candidate import Candidate
 from tps.errors import TPSError
 from tps.hardware import HardwareSpec
@@ -44,6 +51,7 @@ class LatencyModel:
 
     _block_cache: CandidateBlock | None  # built on first use (`warm_up`), dropped by `fit`
     candidates_: dict[str, Candidate]  # set by `fit`
+    latency_: lgb.Booster | None  # set by `fit`: None when not anchored
 
     def __init__(
         self,
@@ -60,6 +68,7 @@ class LatencyModel:
         seed: int = 0,
         n_jobs: int = 2,
         rows_per_tree: int = 100_000,
+        anchored: bool = True,
     ) -> None:
         self.op = op
         self.n_estimators = n_estimators
@@ -73,12 +82,13 @@ class LatencyModel:
         self.seed = seed
         self.n_jobs = n_jobs
         self.rows_per_tree = rows_per_tree
+        self.anchored = anchored
 
     def get_params(self) -> dict[str, Any]:
         """Return the constructor parameters (as scikit-learn estimators do)."""
         names = (
             "op n_estimators learning_rate num_leaves min_child_samples colsample "
-            "label_step max_group_rows reference_features seed n_jobs rows_per_tree"
+            "label_step max_group_rows reference_features seed n_jobs rows_per_tree anchored"
         ).split()
         return {name: getattr(self, name) for name in names}
 
@@ -110,6 +120,27 @@ class LatencyModel:
             if blocks:
                 frame = frame.join(pd.concat(blocks))
         return frame
+
+    def _anchors(self, data: TuningData, keys: pd.DataFrame, *, oof: bool) -> pd.DataFrame:
+        """Return the anchor columns (`Reference.anchor_columns`) of every row of `keys`."""
+        blocks = []
+        for (hw_key, problem_hash), rows in keys.groupby(GROUP_COLUMNS, sort=False):
+            columns = self.reference_.anchor_columns(
+                data.hardware[hw_key],
+                data.problems[problem_hash],
+                pd.Index(rows["candidate_id"]),
+                exclude=hw_key if oof else None,
+            )
+            blocks.append(pd.DataFrame(columns, index=rows.index))
+        return pd.concat(blocks).reindex(keys.index)
+
+    def _latency_matrix(self, features: pd.DataFrame, anchors: pd.DataFrame) -> np.ndarray:
+        matrix: np.ndarray = (
+            features.join(anchors)
+            .reindex(columns=self.latency_feature_names_)
+            .to_numpy(dtype=np.float64)
+        )
+        return matrix
 
     def _known_candidates(self) -> pd.DataFrame | None:
         """Return the training candidates' features, computed once per fitted model."""
@@ -205,32 +236,45 @@ class LatencyModel:
         X_rank = self._matrix(features.loc[order])
         y_rank = self._labels(frame.loc[order])
         valid = frame["valid"].to_numpy()
-        X_reg = self._matrix(features[valid])
-        y_reg = np.log(frame.loc[valid, "median_us"].to_numpy())
+        log_us = np.log(frame.loc[valid, "median_us"].to_numpy())
+        regressions = {"regressor": (self._matrix(features[valid]), log_us)}
+        self.latency_feature_names_: list[str] = []
+        if self.anchored:
+            anchors = self._anchors(data, frame, oof=True)
+            self.latency_feature_names_ = self.feature_names_ + list(ANCHOR_FEATURES)
+            regressions["latency"] = (
+                self._latency_matrix(features[valid], anchors[valid]),
+                log_us - _anchor_log_us(anchors[valid]),
+            )
         if client is None:
             self.ranker_ = lgb.train(
                 self._lgb_params("lambdarank", len(y_rank)),
                 lgb.Dataset(X_rank, y_rank, group=sizes, free_raw_data=True),
                 num_boost_round=self.n_estimators,
             )
-            self.regressor_ = lgb.train(
-                self._lgb_params("regression", len(y_reg)),
-                lgb.Dataset(X_reg, y_reg, free_raw_data=True),
-                num_boost_round=self.n_estimators,
-            )
+            boosters = {
+                name: lgb.train(
+                    self._lgb_params("regression", len(y)),
+                    lgb.Dataset(X, y, free_raw_data=True),
+                    num_boost_round=self.n_estimators,
+                )
+                for name, (X, y) in regressions.items()
+            }
         else:
             from models.distributed import fit_boosters_dask
 
-            self.ranker_, self.regressor_ = fit_boosters_dask(
+            self.ranker_, boosters = fit_boosters_dask(
                 client,
                 rank=(X_rank, y_rank, sizes),
-                regression=(X_reg, y_reg),
+                regressions=regressions,
                 params={
                     "ranker": self._lgb_params("lambdarank", len(y_rank)),
-                    "regressor": self._lgb_params("regression", len(y_reg)),
+                    "regressor": self._lgb_params("regression", len(log_us)),
                 },
                 n_estimators=self.n_estimators,
             )
+        self.regressor_ = boosters["regressor"]
+        self.latency_ = boosters.get("latency")
         self.candidates_ = dict(data.candidates)
         self.n_rows_ = int(len(frame))
         return self
@@ -248,7 +292,8 @@ class LatencyModel:
         candidates: list[Candidate] | None = None,
     ) -> pd.DataFrame:
         """Return one row per candidate: `score` (higher is better), `predicted_us`, and the
-        parts behind them (`ranker_score`, the reference features).
+        parts behind them (`ranker_score`, the reference features). `predicted_us` is the
+        anchored booster's where the model has one; `regressor_us` is the plain regressor's.
 
         `score` averages the rank percentiles of the ranker and of the regressor: on the
         leave-one-GPU-out data neither alone was as steady as the two together.
@@ -263,16 +308,28 @@ class LatencyModel:
         ids = [c.id for c in candidates]
         keys = {"hw_key": hw_key, "problem_hash": problem.key_hash(), "candidate_id": ids}
         if not candidates:
-            return pd.DataFrame(keys).assign(score=[], predicted_us=[], ranker_score=[])
+            return pd.DataFrame(keys).assign(
+                score=[], predicted_us=[], regressor_us=[], ranker_score=[]
+            )
         X, references = self._prediction_features(hardware, problem, candidates, ids)
         ranker_score = np.asarray(self.ranker_.predict(X, num_threads=PREDICT_THREADS))
         log_us = np.asarray(self.regressor_.predict(X, num_threads=PREDICT_THREADS))
+        predicted_log_us = log_us
+        if self.latency_ is not None:
+            anchors = self.reference_.anchor_columns(
+                hardware, problem, pd.Index(ids), exclude=hardware.fingerprint()
+            )
+            X_lat = np.column_stack([X, *(anchors[name] for name in ANCHOR_FEATURES)])
+            predicted_log_us = _anchor_log_us(anchors) + np.asarray(
+                self.latency_.predict(X_lat, num_threads=PREDICT_THREADS)
+            )
         return pd.DataFrame(
             {
                 **keys,
                 **references,
                 "ranker_score": ranker_score,
-                "predicted_us": np.exp(log_us),
+                "predicted_us": np.exp(predicted_log_us),
+                "regressor_us": np.exp(log_us),
                 "score": _percentile(ranker_score) + _percentile(-log_us),
             }
         )
@@ -353,6 +410,14 @@ class LatencyModel:
         """Return every candidate seen in training, in a stable order."""
         self._check_fitted()
         return [self.candidates_[k] for k in sorted(self.candidates_)]
+
+
+def _anchor_log_us(anchors: pd.DataFrame | dict[str, np.ndarray]) -> np.ndarray:
+    """Return the log latency an anchor predicts before the regressor's correction: the
+    measured neighbour's, carried by the bound ratio; else the roofline bound's."""
+    measured = np.asarray(anchors["anc_log_pred"], dtype=np.float64)
+    bound = np.asarray(anchors["anc_log_bound"], dtype=np.float64)
+    return np.where(np.isfinite(measured), measured, bound)
 
 
 def _percentile(values: np.ndarray) -> np.ndarray:

@@ -18,7 +18,7 @@ import numpy as np
 from models.bundle import ModelBundle
 from models.calibration import calibration_features, flat_share
 from models.policy import DEFAULT_POLICY, BlendPolicy
-from models.ranking import order_by, source_rankings
+from models.ranking import order_by, source_rankings, with_latency
 from tps.candidate import Candidate
 from tps.hardware import HardwareSpec
 from tps.problem import ProblemKey
@@ -84,14 +84,16 @@ def rank(
         candidates = served_candidates(bundle, hardware, problem)
     if not candidates:
         return []
+    choice = bundle.policy_for(problem.op)
     frame = model.predict_frame(hardware, problem, candidates)
+    if choice is not None:
+        frame = with_latency(frame, choice.latency)
     observed = _observed_order(bundle, hardware, problem, frame["candidate_id"].tolist())
     n = len(candidates)
     if observed is not None:
         order = observed[:limit] if limit else observed
         sources, confidence = ["observed"] * len(order), np.ones(len(order))
     else:
-        choice = bundle.policy_for(problem.op)
         if policy is None:
             policy = choice.policy if choice is not None else DEFAULT_POLICY
         rankings = source_rankings(model, hardware, problem, frame)

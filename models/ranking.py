@@ -30,6 +30,18 @@ def order_by(values: np.ndarray, *, ascending: bool) -> np.ndarray:
     return np.argsort(key, kind="stable")
 
 
+# Which booster's latency a served answer carries: the column of `LatencyModel.predict_frame`.
+LATENCY_SOURCES = {"anchored": "predicted_us", "regressor": "regressor_us"}
+
+
+def with_latency(frame: pd.DataFrame, latency: str) -> pd.DataFrame:
+    """Return `frame` with `predicted_us` taken from the booster `latency` names."""
+    column = LATENCY_SOURCES[latency]
+    if column == "predicted_us" or column not in frame:
+        return frame
+    return frame.assign(predicted_us=frame[column])
+
+
 @dataclass
 class SourceRankings:
     """The candidate orders each source proposes for one (hardware, problem)."""

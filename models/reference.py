@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from models.dataset import GROUP_COLUMNS, TuningData, add_relative_time
+from models.features import problem_bytes
 from tps.hardware import HardwareSpec
 from tps.problem import ProblemKey
 
@@ -29,6 +30,56 @@ SIMILARITY_SCALE = 2.0
 SHORTLIST_SHARE = 0.10
 SHORTLIST_MIN = 32
 REFERENCE_FEATURES = ("ref_mean", "ref_vendor", "ref_near", "ref_wmean", "ref_min", "ref_max")
+# The latency a candidate measured on the closest known (device, problem), and what carries it
+# to the device and problem asked about (see `Reference.anchor_columns`).
+ANCHOR_FEATURES = (
+    "anc_log_us",
+    "anc_log_scale",
+    "anc_log_peak_ratio",
+    "anc_log_bw_ratio",
+    "anc_distance",
+    "anc_log_bound",
+    "anc_log_pred",
+)
+# An anchor is looked for among the groups of this many closest measured problems ...
+ANCHOR_PROBLEMS = 4
+# ... and, of those, this many closest (device, problem) groups.
+ANCHOR_GROUPS = 8
+# The closest measured problems kept (CLOSEST_KEPT of them, closest first) for each of the
+# MAX_PROBLEM_ORDERS problems asked about lately.
+CLOSEST_KEPT = 64
+MAX_PROBLEM_ORDERS = 1024
+# Each group's weight in the pooled anchor is exp(-distance / ANCHOR_SCALE).
+ANCHOR_SCALE = 1.0
+# Datasheets that give no figure for a dtype: its rate relative to fp16 on the matrix units
+# (TF32 runs at half the FP16 rate on NVIDIA's and AMD's matrix cores, FP8 and INT8 at twice).
+PEAK_FROM_FP16 = {"tf32": 0.5, "fp8_e4m3": 2.0, "fp8_e5m2": 2.0, "int8": 2.0}
+
+
+def dtype_peak_tflops(hardware: HardwareSpec, dtype: str) -> float:
+    """Return the peak TFLOP/s of `dtype` on the units in use (datasheet, else a rule)."""
+    peaks = hardware.peak_tflops
+    share = hardware.active_units / hardware.compute_units
+    fp16 = peaks.get("fp16", peaks.get("bf16"))
+    if dtype in peaks:
+        peak = peaks[dtype]
+    elif dtype in PEAK_FROM_FP16 and fp16 is not None:
+        peak = fp16 * PEAK_FROM_FP16[dtype]
+    else:
+        peak = peaks.get("fp32", fp16 or 1.0)
+    return float(peak) * share
+
+
+def bound_us(hardware: HardwareSpec, problem: ProblemKey) -> float:
+    """Return the roofline bound of `problem` on `hardware` in µs: the larger of its FLOPs at
+    the dtype's peak and its operands' bytes at the memory bandwidth (ops other than GEMM,
+    whose FLOPs are not known, count one operation per element at the fp32 peak)."""
+    share = hardware.active_units / hardware.compute_units
+    flops = problem.flops or float(math.prod(problem.dims.values()))
+    peak = dtype_peak_tflops(hardware, problem.dtype if problem.flops else "fp32")
+    compute = flops / (peak * 1e6)
+    memory = problem_bytes(problem) / (hardware.mem_bandwidth_gbs * share * 1e3)
+    return max(compute, memory, 1e-3)
 
 
 def spec_vector(hardware: HardwareSpec) -> np.ndarray:
@@ -83,6 +134,46 @@ def problem_distance(a: ProblemKey, b: ProblemKey) -> float:
     return d + 8.0 * (a.variant != b.variant)
 
 
+@dataclass(frozen=True)
+class _ProblemTable:
+    """The problems of one op as arrays, so that `problem_distance` to all runs at once."""
+
+    hashes: np.ndarray  # sorted
+    names: tuple[str, ...]
+    log_dims: np.ndarray  # problems x names, log2 (0 where a problem lacks the dim)
+    dtypes: np.ndarray
+    trans_a: np.ndarray
+    trans_b: np.ndarray
+    variants: np.ndarray
+
+    @classmethod
+    def of(cls, problems: list[tuple[str, ProblemKey]]) -> _ProblemTable:
+        names = tuple(sorted({n for _, p in problems for n in p.dims}))
+        return cls(
+            hashes=np.array([h for h, _ in problems]),
+            names=names,
+            log_dims=np.array(
+                [[math.log2(p.dims.get(n, 1)) for n in names] for _, p in problems], dtype=float
+            ).reshape(len(problems), len(names)),
+            dtypes=np.array([p.dtype for _, p in problems]),
+            trans_a=np.array([p.trans_a for _, p in problems]),
+            trans_b=np.array([p.trans_b for _, p in problems]),
+            variants=np.array([p.variant for _, p in problems]),
+        )
+
+    def closest(self, problem: ProblemKey, k: int) -> list[tuple[float, str]]:
+        """Return the k problems closest to `problem`, as (distance, hash), closest first."""
+        extra = sorted(set(problem.dims) - set(self.names))
+        v = np.array([math.log2(problem.dims.get(n, 1)) for n in self.names])
+        d2 = ((self.log_dims - v) ** 2).sum(axis=1)
+        d2 += sum(math.log2(problem.dims[n]) ** 2 for n in extra)
+        d = np.sqrt(d2)
+        d += 4.0 * (self.dtypes != problem.dtype) + 1.0 * (self.trans_a != problem.trans_a)
+        d += 1.0 * (self.trans_b != problem.trans_b) + 8.0 * (self.variants != problem.variant)
+        order = np.lexsort((self.hashes, d))[:k]  # by distance, then hash
+        return [(float(d[i]), str(self.hashes[i])) for i in order]
+
+
 @dataclass
 class Reference:
     """Relative latencies measured on known hardware, as a (group x candidate) matrix."""
@@ -119,10 +210,8 @@ class Reference:
         own = problem.key_hash()
         if own in self.problems:
             return own
-        same_op = [(h, p) for h, p in self.problems.items() if p.op == problem.op]
-        if not same_op:
-            return None
-        return min(same_op, key=lambda hp: (problem_distance(problem, hp[1]), hp[0]))[0]
+        closest = self._closest_problems(problem)
+        return closest[0][1] if closest else None
 
     @cached_property
     def _rows(self) -> dict[tuple[str, str], int]:
@@ -208,6 +297,116 @@ class Reference:
         scored = [(spec_distance(hardware, self.hardware[k]), k) for k in keys]
         distance, key = min(scored)
         return key, distance
+
+    @cached_property
+    def _problem_order(self) -> dict[str, list[tuple[float, str]]]:
+        return {}
+
+    @cached_property
+    def _problem_table(self) -> dict[str, _ProblemTable]:
+        by_op: dict[str, list[str]] = {}
+        for problem_hash, problem in sorted(self.problems.items()):
+            by_op.setdefault(problem.op, []).append(problem_hash)
+        return {
+            op: _ProblemTable.of([(h, self.problems[h]) for h in hashes])
+            for op, hashes in by_op.items()
+        }
+
+    def _closest_problems(self, problem: ProblemKey) -> list[tuple[float, str]]:
+        """Return (distance, hash) of the closest measured problems of `problem`'s op, closest
+        first (at most CLOSEST_KEPT); distances are `problem_distance`'s."""
+        own = problem.key_hash()
+        known = self._problem_order.get(own)
+        if known is None:
+            table = self._problem_table.get(problem.op)
+            known = table.closest(problem, CLOSEST_KEPT) if table is not None else []
+            if len(self._problem_order) >= MAX_PROBLEM_ORDERS:
+                self._problem_order.clear()
+            self._problem_order[own] = known
+        return known
+
+    def _anchor_groups(
+        self, hardware: HardwareSpec, problem: ProblemKey, exclude: str | None
+    ) -> list[tuple[float, str, str]]:
+        """Return the (distance, hw_key, problem_hash) groups an anchor is read from."""
+        groups: list[tuple[float, str, str]] = []
+        problems = 0
+        for distance, problem_hash in self._closest_problems(problem):
+            keys = self.groups_for(problem_hash, exclude=exclude)
+            if not keys:
+                continue
+            groups += [
+                (distance + spec_distance(hardware, self.hardware[k]), k, problem_hash)
+                for k in keys
+            ]
+            problems += 1
+            if problems >= ANCHOR_PROBLEMS:
+                break
+        return sorted(groups)[:ANCHOR_GROUPS]
+
+    def anchor_columns(
+        self,
+        hardware: HardwareSpec,
+        problem: ProblemKey,
+        candidate_ids: pd.Index,
+        *,
+        exclude: str | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Return, per candidate, the latency it measured on the closest known (device,
+        problem) that ran it validly, and the ratios that carry it to (hardware, problem).
+
+        anc_log_us: log µs measured there (NaN: no such group); anc_log_scale: log of the
+        roofline bound here over there; anc_log_peak_ratio, anc_log_bw_ratio: the log ratios
+        of the dtype's peak and of the bandwidth; anc_distance: spec plus problem distance;
+        anc_log_bound: log of the roofline bound here, which stands in where nothing is known.
+        """
+        n = len(candidate_ids)
+        target = bound_us(hardware, problem)
+        out = {name: np.full(n, np.nan) for name in ANCHOR_FEATURES}
+        out["anc_log_bound"] = np.full(n, math.log(target))
+        groups = self._anchor_groups(hardware, problem, exclude)
+        if not groups or not n:
+            return out
+        table = self._table(self.median_us, [(k, p) for _, k, p in groups], candidate_ids)
+        usable = np.isfinite(table) & (table > 0)
+        first = np.argmax(usable, axis=0)
+        found = usable.any(axis=0)
+        share = hardware.active_units / hardware.compute_units
+        scale, peak, bandwidth = [], [], []
+        for _, k, p in groups:
+            ref_hw, ref_problem = self.hardware[k], self.problems[p]
+            ref_share = ref_hw.active_units / ref_hw.compute_units
+            scale.append(math.log(target / bound_us(ref_hw, ref_problem)))
+            peak.append(
+                math.log(
+                    dtype_peak_tflops(hardware, problem.dtype)
+                    / dtype_peak_tflops(ref_hw, ref_problem.dtype)
+                )
+            )
+            bandwidth.append(
+                math.log(
+                    hardware.mem_bandwidth_gbs * share / (ref_hw.mem_bandwidth_gbs * ref_share)
+                )
+            )
+        columns = np.arange(n)
+        with np.errstate(all="ignore"):
+            logs = np.log(np.where(usable, table, 1.0))
+            chosen = logs[first, columns]
+            # every group's latency carried here, weighted by how alike its device and problem are
+            carried = logs + np.asarray(scale)[:, None]
+            weights = np.exp(-np.array([d for d, _, _ in groups]) / ANCHOR_SCALE)[:, None]
+            weights = weights * usable
+            pooled = (carried * weights).sum(axis=0) / weights.sum(axis=0)
+        out["anc_log_us"] = np.where(found, chosen, np.nan)
+        out["anc_log_pred"] = np.where(found, pooled, np.nan)
+        for name, values in (
+            ("anc_log_scale", scale),
+            ("anc_log_peak_ratio", peak),
+            ("anc_log_bw_ratio", bandwidth),
+            ("anc_distance", [d for d, _, _ in groups]),
+        ):
+            out[name] = np.where(found, np.asarray(values)[first], np.nan)
+        return out
 
     def features(
         self,

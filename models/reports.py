@@ -127,6 +127,7 @@ class ChoiceSummary:
     rule: str
     folds: list[Fold]
     calibrated: bool
+    latency: str = "anchored"  # which booster's predicted_us is served (LATENCY_SOURCES)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -134,6 +135,7 @@ class ChoiceSummary:
             "rule": self.rule,
             "folds": [fold.as_dict() for fold in self.folds],
             "calibrated": self.calibrated,
+            "latency": self.latency,
         }
 
 

@@ -12,9 +12,17 @@ import pandas as pd
 from models.calibration import CALIBRATION_TOP, Calibration, calibration_features, flat_share
 from models.dataset import TuningData
 from models.estimator import LatencyModel
-from models.metrics import NEAR_OPTIMUM, RankingScores, mean_scores, ranking_scores, scores_at_ks
+from models.metrics import (
+    NEAR_OPTIMUM,
+    RankingScores,
+    mean_scores,
+    median_ape,
+    ranking_scores,
+    scores_at_ks,
+)
 from models.policy import CANDIDATE_POLICIES, BlendPolicy
 from models.ranking import (
+    LATENCY_SOURCES,
     ModelRanker,
     NearestRanker,
     RandomRanker,
@@ -23,6 +31,7 @@ from models.ranking import (
     SourceRankings,
     order_by,
     source_rankings,
+    with_latency,
 )
 from tps.candidate import Candidate
 from tps.hardware import HardwareSpec
@@ -32,10 +41,14 @@ SCORE_KS = range(1, 21)
 
 
 class Calibrated(Protocol):
-    """What evaluate_group needs of a policy choice: its calibration, if it has one."""
+    """What evaluate_group needs of a policy choice: its calibration, if it has one, and the
+    booster whose latency it serves."""
 
     @property
     def calibration(self) -> Calibration | None: ...
+
+    @property
+    def latency(self) -> str: ...
 
 
 @dataclass
@@ -52,6 +65,8 @@ class GroupResult:
     calibration_rows: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     # The served policy's calibrated confidences and outcomes, when a calibration was given.
     confidence: tuple[np.ndarray, np.ndarray] | None = None
+    # The median APE of each booster's latency (LATENCY_SOURCES), what selection compares.
+    latency_ape: dict[str, float | None] = field(default_factory=dict)
 
 
 def score(true_us: np.ndarray, ranking: Ranking) -> tuple[RankingScores, list[float]]:
@@ -106,10 +121,19 @@ def evaluate_group(
     hardware = data.hardware[hw_key]
     candidates = [data.candidates[c] for c in group["candidate_id"]]
     true_us = group["median_us"].to_numpy(dtype=float)
-    frame = model.predict_frame(hardware, problem, candidates)
+    predicted = model.predict_frame(hardware, problem, candidates)
+    latency_ape = {
+        name: median_ape(true_us, predicted[column].to_numpy())
+        for name, column in LATENCY_SOURCES.items()
+        if column in predicted
+    }
+    latency = choice.latency if choice is not None else "anchored"
+    frame = with_latency(predicted, latency)
     rankings = source_rankings(model, hardware, problem, frame)
     shortlist = model.reference_.shortlist(problem.key_hash(), exclude=hw_key)
-    served_part = _Shortlisted.of(model, hardware, problem, candidates, rankings, shortlist)
+    served_part = _Shortlisted.of(
+        model, hardware, problem, candidates, rankings, shortlist, latency=latency
+    )
     baselines: dict[str, Ranker] = {
         "baseline_nearest": NearestRanker(),
         "baseline_random": RandomRanker(seed=seed),
@@ -122,7 +146,11 @@ def evaluate_group(
         **{name: ranker.rank(rankings) for name, ranker in baselines.items()},
     }
     result = GroupResult(
-        scores={}, curves={}, n_candidates=len(group), policy_sources=list(served.sources[:5])
+        scores={},
+        curves={},
+        n_candidates=len(group),
+        policy_sources=list(served.sources[:5]),
+        latency_ape=latency_ape,
     )
     for name, ranking in ranked.items():
         if ranking is not None:
@@ -160,6 +188,8 @@ class _Shortlisted:
         candidates: list[Candidate],
         rankings: SourceRankings,
         shortlist: frozenset[str] | None,
+        *,
+        latency: str = "anchored",
     ) -> _Shortlisted:
         """Split the group whose `rankings` (of every candidate) are given."""
         frame = rankings.frame
@@ -168,7 +198,9 @@ class _Shortlisted:
         head, tail = everything[listed], everything[~listed]
         if len(head) == 0 or len(tail) == 0:
             return cls(everything, rankings, everything[:0], everything[:0], _predicted(frame))
-        head_frame = model.predict_frame(hardware, problem, [candidates[i] for i in head])
+        head_frame = with_latency(
+            model.predict_frame(hardware, problem, [candidates[i] for i in head]), latency
+        )
         return cls(
             head=head,
             head_rankings=source_rankings(model, hardware, problem, head_frame),

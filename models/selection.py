@@ -26,6 +26,7 @@ from models.dataset import TuningData, hardware_label
 from models.estimator import LatencyModel
 from models.metrics import RankingScores, mean_scores
 from models.policy import CANDIDATE_POLICIES, DEFAULT_POLICY, BlendPolicy
+from models.ranking import LATENCY_SOURCES
 from models.reports import ChoiceSummary, Fold, FoldFigures, GateFigures
 from models.scoring import GroupResult, evaluate_group
 from tps.catalog import UnknownHardwareError, normalise_name, resolve
@@ -145,6 +146,9 @@ class PolicyChoice:
     rule: str
     calibration: Calibration | None = None
     folds: list[Fold] = field(default_factory=list)
+    # The booster whose latency is served (models.ranking.LATENCY_SOURCES): the one with the
+    # lower median APE over the same inner folds.
+    latency: str = "anchored"
 
     def describe(self) -> ChoiceSummary:
         """Return the choice as a report shows it."""
@@ -153,6 +157,7 @@ class PolicyChoice:
             rule=self.rule,
             folds=self.folds,
             calibrated=self.calibration is not None,
+            latency=self.latency,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -161,6 +166,7 @@ class PolicyChoice:
             "rule": self.rule,
             "folds": [fold.as_dict() for fold in self.folds],
             "calibration": self.calibration.to_dict() if self.calibration else None,
+            "latency": self.latency,
         }
 
     @classmethod
@@ -171,6 +177,7 @@ class PolicyChoice:
             rule=str(doc.get("rule", "")),
             calibration=Calibration.from_dict(calibration) if calibration else None,
             folds=[Fold.from_dict(fold) for fold in doc.get("folds", [])],
+            latency=str(doc.get("latency", "anchored")),
         )
 
 
@@ -250,13 +257,34 @@ def choose_policy(
                 (np.concatenate([X for X, _ in rows]), np.concatenate([y for _, y in rows]))
             )
     calibration = Calibration.choose(fold_rows, seed=seed)
+    latency = choose_latency(per_fold)
     rule = (
         f"leave-one-out over {len(inner)} of {len(known)} training configurations: of the "
         "policies at least "
         "as good as copying the nearest device at score@1 and score@5 on every fold, the best "
-        "mean score@1 + score@5, the first listed on a tie"
+        "mean score@1 + score@5, the first listed on a tie; predicted_us from the "
+        f"{latency} booster, the lower mean median APE over the same folds"
     )
-    return PolicyChoice(policy=chosen, rule=rule, calibration=calibration, folds=folds)
+    return PolicyChoice(
+        policy=chosen, rule=rule, calibration=calibration, folds=folds, latency=latency
+    )
+
+
+def choose_latency(per_fold: list[list[GroupResult]]) -> str:
+    """Return the booster (LATENCY_SOURCES) whose latency has the lower median APE, as the
+    mean over folds of each fold's mean; the anchored one on a tie or without figures."""
+    means: dict[str, float] = {}
+    for name in LATENCY_SOURCES:
+        per = [
+            float(np.mean(values))
+            for results in per_fold
+            if (values := [v for r in results if (v := r.latency_ape.get(name)) is not None])
+        ]
+        if len(per) == len(per_fold) and per:
+            means[name] = float(np.mean(per))
+    if "regressor" in means and means["regressor"] < means.get("anchored", np.inf) - TIE:
+        return "regressor"
+    return "anchored"
 
 
 def _probe_share(result: GroupResult, scores: RankingScores) -> float:

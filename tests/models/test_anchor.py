@@ -1,0 +1,168 @@
+"""The latency anchor: a candidate's time on the closest known (device, problem), carried over."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from models.bundle import ModelBundle, train_bundle
+from models.dataset import TuningData
+from models.estimator import LatencyModel
+from models.priors import rank
+from models.reference import Reference, bound_us, dtype_peak_tflops, problem_distance
+from models.scoring import GroupResult
+from models.selection import choose_latency
+from tests.factories import cublaslt, gemm_problem, hardware_spec, measurement, probe_run
+from tests.models.conftest import FAST_MODEL
+from tps.catalog import resolve
+from tps.hardware import HardwareSpec
+from tps.problem import ProblemKey
+
+CANDIDATES = [cublaslt(i, split_k=1 + i % 3) for i in range(6)]
+# Each candidate's latency is its own factor times the problem's roofline bound on the device.
+FACTORS = [1.3, 1.1, 1.6, 2.0, 1.2, 1.45]
+
+
+def _runs(devices: list[HardwareSpec], problems: list[ProblemKey]) -> TuningData:
+    runs = [
+        probe_run(
+            hardware=hw,
+            problem=p,
+            measurements=[
+                measurement(c, bound_us(hw, p) * f)
+                for c, f in zip(CANDIDATES, FACTORS, strict=True)
+            ],
+        )
+        for hw in devices
+        for p in problems
+    ]
+    return TuningData.from_runs(runs)
+
+
+def test_a_dtype_without_a_datasheet_figure_takes_its_rate_from_fp16() -> None:
+    h200 = hardware_spec()
+    assert dtype_peak_tflops(h200, "bf16") == pytest.approx(989.4)
+    assert dtype_peak_tflops(h200, "tf32") == pytest.approx(989.4 / 2)
+    assert dtype_peak_tflops(h200, "fp8_e4m3") == pytest.approx(989.4 * 2)
+    # an SM limit takes its share of the chip
+    assert dtype_peak_tflops(hardware_spec(unit_limit=66), "bf16") == pytest.approx(989.4 / 2)
+
+
+def test_the_bound_is_the_larger_of_compute_and_memory() -> None:
+    h200 = hardware_spec()
+    square = gemm_problem(4096, 4096, 4096)
+    assert bound_us(h200, square) == pytest.approx(2 * 4096**3 / 989.4e6)
+    gemv = gemm_problem(1, 4096, 4096)
+    assert bound_us(h200, gemv) == pytest.approx(2 * (4096 * 4096 + 2 * 4096) / 4800e3)
+    # half the SMs: half the peak and half the bandwidth
+    assert bound_us(hardware_spec(unit_limit=66), square) == pytest.approx(
+        2 * bound_us(h200, square)
+    )
+
+
+def test_a_candidate_measured_nearby_is_carried_by_the_bound_ratio() -> None:
+    full = hardware_spec()
+    problem = gemm_problem(4096, 4096, 4096)
+    data = _runs([full], [problem])
+    reference = Reference.from_data(data)
+    ids = pd.Index([c.id for c in CANDIDATES] + [cublaslt(99).id])
+    half = hardware_spec(unit_limit=66)
+    columns = reference.anchor_columns(half, problem, ids)
+    measured = np.exp(columns["anc_log_us"][:6])
+    assert measured == pytest.approx([bound_us(full, problem) * f for f in FACTORS])
+    assert columns["anc_log_scale"][:6] == pytest.approx(math.log(2))
+    # never measured anywhere: nothing to carry, only the bound of the device asked about
+    assert math.isnan(columns["anc_log_us"][6])
+    assert columns["anc_log_bound"][6] == pytest.approx(math.log(bound_us(half, problem)))
+    # the device's own measurements are left out when asked to
+    excluded = reference.anchor_columns(full, problem, ids, exclude=full.fingerprint())
+    assert np.isnan(excluded["anc_log_us"]).all()
+
+
+def test_the_anchored_regressor_carries_latency_below_every_device_it_saw() -> None:
+    problems = [
+        gemm_problem(m, n, k)
+        for m, n, k in [(1, 4096, 4096), (64, 8192, 4096), (1024, 1024, 1024), (4096, 4096, 4096)]
+        + [(2048, 8192, 1024), (16, 14336, 4096), (512, 512, 8192), (8192, 8192, 512)]
+    ]
+    training = [hardware_spec(unit_limit=u) for u in (132, 96, 66, 48)]
+    held_out = hardware_spec(unit_limit=16)  # a quarter of the smallest device trained on
+    data = _runs(training, problems)
+    errors = {}
+    for anchored in (True, False):
+        model = LatencyModel(op="gemm", n_estimators=60, n_jobs=1, anchored=anchored).fit(data)
+        ape = []
+        for problem in problems:
+            _, _, predicted = model.predict(held_out, problem, CANDIDATES)
+            truth = np.array([bound_us(held_out, problem) * f for f in FACTORS])
+            ape.append(np.median(np.abs(predicted / truth - 1)))
+        errors[anchored] = float(np.mean(ape))
+    assert errors[True] < 0.10
+    # trees alone cannot go below the slowest latency they were shown
+    assert errors[False] > 0.5
+
+
+def _results(*apes: dict[str, float | None]) -> list[GroupResult]:
+    return [GroupResult(scores={}, curves={}, n_candidates=4, latency_ape=dict(a)) for a in apes]
+
+
+def test_the_served_latency_is_the_booster_with_the_lower_error_over_the_folds() -> None:
+    better_plain = [
+        _results({"anchored": 0.4, "regressor": 0.2}),
+        _results({"anchored": 0.3, "regressor": 0.25}, {"anchored": 0.5, "regressor": 0.3}),
+    ]
+    assert choose_latency(better_plain) == "regressor"
+    better_anchored = [_results({"anchored": 0.05, "regressor": 0.2}), *better_plain[1:]]
+    assert choose_latency(better_anchored) == "anchored"
+    # a fold without the plain figure, or no folds at all: the anchored booster
+    assert choose_latency([*better_plain, _results({"anchored": 0.9})]) == "anchored"
+    assert choose_latency([]) == "anchored"
+
+
+def test_a_bundle_serves_the_latency_of_its_chosen_booster(convolution_data: TuningData) -> None:
+    bundle = train_bundle(convolution_data, model_params=FAST_MODEL)
+    problem = next(iter(convolution_data.problems.values()))
+    hardware = resolve("MI300X")
+    model = bundle.model_for("convolution")
+    ranked = rank(bundle, hardware, problem, limit=5)
+    frame = model.predict_frame(hardware, problem, [r.candidate for r in ranked]).set_index(
+        "candidate_id"
+    )
+    choice = bundle.policy_for("convolution")
+    assert choice is not None
+    for latency, column in (("anchored", "predicted_us"), ("regressor", "regressor_us")):
+        choice.latency = latency
+        served = ModelBundle.from_bytes(bundle.to_bytes())
+        answer = rank(served, hardware, problem, limit=5)
+        expected = [frame.loc[r.candidate.id, column] for r in answer]
+        assert [r.predicted_us for r in answer] == pytest.approx(expected)
+    assert not np.allclose(frame["predicted_us"], frame["regressor_us"])
+
+
+def test_the_closest_problems_are_those_of_problem_distance() -> None:
+    problems = [
+        gemm_problem(m, n, k, **extra)
+        for m, n, k, extra in [
+            (1, 4096, 4096, {}),
+            (64, 4096, 4096, {}),
+            (64, 4096, 4096, {"dtype": "fp16"}),
+            (512, 512, 8192, {"trans_a": True}),
+            (4096, 4096, 4096, {}),
+            (8, 8, 8, {"variant": "padded"}),
+        ]
+    ]
+    reference = Reference.from_data(_runs([hardware_spec()], problems))
+    asked = [*problems, gemm_problem(100, 3000, 700), gemm_problem(64, 64, 64, dtype="tf32")]
+    for problem in asked:
+        expected = sorted((problem_distance(problem, p), p.key_hash()) for p in problems)
+        closest = reference._closest_problems(problem)
+        assert [h for _, h in closest] == [h for _, h in expected]
+        assert [d for d, _ in closest] == pytest.approx([d for d, _ in expected])
+    assert reference.closest_problem(asked[-2]) == expected_first(asked[-2], problems)
+
+
+def expected_first(problem: ProblemKey, problems: list[ProblemKey]) -> str:
+    return min((problem_distance(problem, p), p.key_hash()) for p in problems)[1]
