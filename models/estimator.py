@@ -18,6 +18,7 @@ unanchored regressor: across vendors, with a handful of devices, the anchored on
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import lightgbm as lgb
@@ -104,35 +105,32 @@ class LatencyModel:
             known_candidates=self._known_candidates(),
         )
         if self.reference_features:
-            blocks = []
-            for (hw_key, problem_hash), rows in keys.groupby(GROUP_COLUMNS, sort=False):
+
+            def reference(hw_key: str, problem_hash: str, ids: np.ndarray) -> dict[str, Any] | None:
                 ref_problem = self.reference_.closest_problem(data.problems[problem_hash])
                 if ref_problem is None:
-                    continue
-                ref = self.reference_.features(
-                    data.hardware[hw_key],
-                    ref_problem,
-                    rows["candidate_id"].tolist(),
-                    exclude=hw_key if oof else None,
+                    return None
+                return self.reference_.feature_columns(
+                    data.hardware[hw_key], ref_problem, ids, exclude=hw_key if oof else None
                 )
-                ref.index = rows.index
-                blocks.append(ref)
-            if blocks:
-                frame = frame.join(pd.concat(blocks))
+
+            columns = _per_group(keys, reference)
+            if columns:
+                frame = frame.join(pd.DataFrame(columns, index=keys.index))
         return frame
 
     def _anchors(self, data: TuningData, keys: pd.DataFrame, *, oof: bool) -> pd.DataFrame:
         """Return the anchor columns (`Reference.anchor_columns`) of every row of `keys`."""
-        blocks = []
-        for (hw_key, problem_hash), rows in keys.groupby(GROUP_COLUMNS, sort=False):
-            columns = self.reference_.anchor_columns(
+        columns = _per_group(
+            keys,
+            lambda hw_key, problem_hash, ids: self.reference_.anchor_columns(
                 data.hardware[hw_key],
                 data.problems[problem_hash],
-                pd.Index(rows["candidate_id"]),
+                ids,
                 exclude=hw_key if oof else None,
-            )
-            blocks.append(pd.DataFrame(columns, index=rows.index))
-        return pd.concat(blocks).reindex(keys.index)
+            ),
+        )
+        return pd.DataFrame(columns, index=keys.index, columns=list(ANCHOR_FEATURES))
 
     def _latency_matrix(self, features: pd.DataFrame, anchors: pd.DataFrame) -> np.ndarray:
         matrix: np.ndarray = (
@@ -410,6 +408,22 @@ class LatencyModel:
         """Return every candidate seen in training, in a stable order."""
         self._check_fitted()
         return [self.candidates_[k] for k in sorted(self.candidates_)]
+
+
+def _per_group(
+    keys: pd.DataFrame, compute: Callable[[str, str, np.ndarray], dict[str, Any] | None]
+) -> dict[str, np.ndarray]:
+    """Return `compute`'s columns for every row of `keys`, computed once per (hardware,
+    problem) group on the group's candidates (NaN where it returns None)."""
+    ids = keys["candidate_id"].to_numpy()
+    out: dict[str, np.ndarray] = {}
+    for (hw_key, problem_hash), rows in keys.groupby(GROUP_COLUMNS, sort=False).indices.items():
+        columns = compute(hw_key, problem_hash, ids[rows])
+        for name, values in (columns or {}).items():
+            if name not in out:
+                out[name] = np.full(len(keys), np.nan)
+            out[name][rows] = values
+    return out
 
 
 def _anchor_log_us(anchors: pd.DataFrame | dict[str, np.ndarray]) -> np.ndarray:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -134,6 +135,52 @@ def problem_distance(a: ProblemKey, b: ProblemKey) -> float:
     return d + 8.0 * (a.variant != b.variant)
 
 
+# Candidate ids in order: an Index, an array or a list of them.
+CandidateIds: TypeAlias = pd.Index | np.ndarray | list[str]
+
+
+@dataclass(frozen=True)
+class _HardwareTable:
+    """The known devices' spec vectors as arrays, so that `spec_distance` to all runs at once.
+
+    Distances to a device asked about are kept for the devices asked about lately (specs are
+    frozen, so by identity, as `_vector` keeps vectors).
+    """
+
+    keys: list[str]  # sorted
+    position: dict[str, int]
+    vectors: np.ndarray  # devices x spec_vector
+    vendors: np.ndarray
+    warps: np.ndarray
+    _asked: dict[int, tuple[HardwareSpec, np.ndarray]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, hardware: dict[str, HardwareSpec]) -> _HardwareTable:
+        keys = sorted(hardware)
+        return cls(
+            keys=keys,
+            position={k: i for i, k in enumerate(keys)},
+            vectors=np.array([_vector(hardware[k]) for k in keys], dtype=float).reshape(
+                len(keys), -1
+            ),
+            vendors=np.array([hardware[k].vendor for k in keys]),
+            warps=np.array([hardware[k].warp_size or 32 for k in keys]),
+        )
+
+    def distances(self, hardware: HardwareSpec) -> np.ndarray:
+        """Return `spec_distance` from `hardware` to every known device, in `keys` order."""
+        known = self._asked.get(id(hardware))
+        if known is not None and known[0] is hardware:
+            return known[1]
+        d: np.ndarray = np.sqrt(((self.vectors - np.array(_vector(hardware))) ** 2).sum(axis=1))
+        d = d + VENDOR_PENALTY * (self.vendors != hardware.vendor)
+        d = d + WARP_PENALTY * (self.warps != (hardware.warp_size or 32))
+        if len(self._asked) >= _MAX_VECTORS:
+            self._asked.clear()
+        self._asked[id(hardware)] = (hardware, d)
+        return d
+
+
 @dataclass(frozen=True)
 class _ProblemTable:
     """The problems of one op as arrays, so that `problem_distance` to all runs at once."""
@@ -185,22 +232,26 @@ class Reference:
 
     @classmethod
     def from_data(cls, data: TuningData) -> Reference:
+        """Build the matrices of `data`: a row for each (hardware, problem) that was measured,
+        and none for a pair that was not (a device that ran other problems has not run this
+        one)."""
         frame = add_relative_time(data.frame.copy())
-        log_rel = frame.pivot_table(
-            index=GROUP_COLUMNS, columns="candidate_id", values="log_rel", dropna=False
-        )
-        median = frame.pivot_table(
-            index=GROUP_COLUMNS, columns="candidate_id", values="median_us", dropna=False
-        )
-        measured = frame.pivot_table(
-            index=GROUP_COLUMNS, columns="candidate_id", values="valid", aggfunc="size"
-        )
+        groups, group_index = pd.MultiIndex.from_frame(frame[GROUP_COLUMNS]).factorize(sort=True)
+        candidates, candidate_index = pd.factorize(frame["candidate_id"], sort=True)
+        shape = (len(group_index), len(candidate_index))
+        log_rel = np.full(shape, np.nan)
+        median = np.full(shape, np.nan)
+        log_rel[groups, candidates] = frame["log_rel"].to_numpy(dtype=float)
+        median[groups, candidates] = frame["median_us"].to_numpy(dtype=float)
         # Measured but failed: a large penalty; never measured there: stays NaN.
-        failed = measured.notna() & log_rel.isna()
-        log_rel = log_rel.mask(failed, FAILED_LOG_REL)
+        failed = np.zeros(shape, dtype=bool)
+        failed[groups, candidates] = ~np.isfinite(frame["log_rel"].to_numpy(dtype=float))
+        log_rel[failed] = FAILED_LOG_REL
+        index = pd.MultiIndex.from_tuples(list(group_index), names=GROUP_COLUMNS)
+        columns = pd.Index(candidate_index, name="candidate_id")
         return cls(
-            log_rel=log_rel.sort_index(axis=1),
-            median_us=median.reindex(columns=log_rel.columns).sort_index(axis=1),
+            log_rel=pd.DataFrame(log_rel, index=index, columns=columns),
+            median_us=pd.DataFrame(median, index=index, columns=columns),
             hardware=dict(data.hardware),
             problems=dict(data.problems),
         )
@@ -259,13 +310,23 @@ class Reference:
         """Return the hw_keys that measured `problem_hash`, except `exclude`."""
         return [k for k in self._groups.get(problem_hash, []) if k != exclude]
 
+    @cached_property
+    def _values(self) -> dict[str, np.ndarray]:
+        return {"log_rel": self.log_rel.to_numpy(), "median_us": self.median_us.to_numpy()}
+
+    @cached_property
+    def _column_position(self) -> dict[str, int]:
+        return {str(c): i for i, c in enumerate(self.log_rel.columns)}
+
     def _table(
-        self, frame: pd.DataFrame, keys: list[tuple[str, str]], candidate_ids: pd.Index
+        self, values: str, keys: list[tuple[str, str]], candidate_ids: CandidateIds
     ) -> np.ndarray:
-        """Return the rows `keys` of `frame` (log_rel or median_us) for `candidate_ids` (NaN
-        where a candidate is not a column)."""
-        columns = frame.columns.get_indexer(candidate_ids)
-        table: np.ndarray = frame.to_numpy()[[self._rows[k] for k in keys]][:, columns]
+        """Return the rows `keys` of `values` ("log_rel" or "median_us") for `candidate_ids`
+        (NaN where a candidate is not a column)."""
+        position = self._column_position
+        columns = np.array([position.get(c, -1) for c in candidate_ids], dtype=np.int64)
+        rows = np.array([self._rows[k] for k in keys], dtype=np.int64)
+        table: np.ndarray = self._values[values][np.ix_(rows, columns)]
         table[:, columns < 0] = np.nan
         return table
 
@@ -275,16 +336,14 @@ class Reference:
         """Return the median latencies measured on (hw_key, problem_hash), or None if never."""
         if (hw_key, problem_hash) not in self._rows:
             return None
-        row: np.ndarray = self._table(
-            self.median_us, [(hw_key, problem_hash)], pd.Index(candidate_ids)
-        )[0]
+        row: np.ndarray = self._table("median_us", [(hw_key, problem_hash)], candidate_ids)[0]
         return row
 
     def coverage(self, hw_key: str, problem_hash: str, candidate_ids: list[str]) -> float:
         """Return the share of `candidate_ids` run on (hw_key, problem_hash), failed ones too."""
         if (hw_key, problem_hash) not in self._rows or not candidate_ids:
             return 0.0
-        rel = self._table(self.log_rel, [(hw_key, problem_hash)], pd.Index(candidate_ids))[0]
+        rel = self._table("log_rel", [(hw_key, problem_hash)], candidate_ids)[0]
         return float(np.isfinite(rel).mean())
 
     def nearest_hardware(
@@ -294,9 +353,10 @@ class Reference:
         keys = self.groups_for(problem_hash, exclude=exclude)
         if not keys:
             return None
-        scored = [(spec_distance(hardware, self.hardware[k]), k) for k in keys]
-        distance, key = min(scored)
-        return key, distance
+        devices = self._hardware_table
+        distances = devices.distances(hardware)[[devices.position[k] for k in keys]]
+        best = int(np.lexsort((np.arange(len(keys)), distances))[0])  # keys are sorted
+        return keys[best], float(distances[best])
 
     @cached_property
     def _problem_order(self) -> dict[str, list[tuple[float, str]]]:
@@ -325,30 +385,55 @@ class Reference:
             self._problem_order[own] = known
         return known
 
+    @cached_property
+    def _hardware_table(self) -> _HardwareTable:
+        return _HardwareTable.of(self.hardware)
+
+    @cached_property
+    def _group_positions(self) -> dict[str, np.ndarray]:
+        """Return, per problem, the positions in `_hardware_table` of the devices that ran it."""
+        position = self._hardware_table.position
+        return {
+            problem_hash: np.array([position[k] for k in keys], dtype=np.int64)
+            for problem_hash, keys in self._groups.items()
+        }
+
     def _anchor_groups(
         self, hardware: HardwareSpec, problem: ProblemKey, exclude: str | None
     ) -> list[tuple[float, str, str]]:
-        """Return the (distance, hw_key, problem_hash) groups an anchor is read from."""
-        groups: list[tuple[float, str, str]] = []
-        problems = 0
-        for distance, problem_hash in self._closest_problems(problem):
-            keys = self.groups_for(problem_hash, exclude=exclude)
-            if not keys:
+        """Return the (distance, hw_key, problem_hash) groups an anchor is read from, closest
+        first (by distance, then hw_key, then the problem's rank)."""
+        table = self._hardware_table
+        to_device = table.distances(hardware)
+        left_out = table.position.get(exclude) if exclude is not None else None
+        distances, positions, ranks = [], [], []
+        for rank, (distance, problem_hash) in enumerate(self._closest_problems(problem)):
+            where = self._group_positions.get(problem_hash)
+            if where is not None and left_out is not None:
+                where = where[where != left_out]
+            if where is None or not len(where):
                 continue
-            groups += [
-                (distance + spec_distance(hardware, self.hardware[k]), k, problem_hash)
-                for k in keys
-            ]
-            problems += 1
-            if problems >= ANCHOR_PROBLEMS:
+            distances.append(distance + to_device[where])
+            positions.append(where)
+            ranks.append(np.full(len(where), rank))
+            if len(ranks) >= ANCHOR_PROBLEMS:
                 break
-        return sorted(groups)[:ANCHOR_GROUPS]
+        if not distances:
+            return []
+        d, pos, rank_of = (
+            np.concatenate(distances),
+            np.concatenate(positions),
+            np.concatenate(ranks),
+        )
+        closest = self._closest_problems(problem)
+        chosen = np.lexsort((rank_of, pos, d))[:ANCHOR_GROUPS]
+        return [(float(d[i]), table.keys[pos[i]], closest[rank_of[i]][1]) for i in chosen]
 
     def anchor_columns(
         self,
         hardware: HardwareSpec,
         problem: ProblemKey,
-        candidate_ids: pd.Index,
+        candidate_ids: CandidateIds,
         *,
         exclude: str | None = None,
     ) -> dict[str, np.ndarray]:
@@ -367,7 +452,7 @@ class Reference:
         groups = self._anchor_groups(hardware, problem, exclude)
         if not groups or not n:
             return out
-        table = self._table(self.median_us, [(k, p) for _, k, p in groups], candidate_ids)
+        table = self._table("median_us", [(k, p) for _, k, p in groups], candidate_ids)
         usable = np.isfinite(table) & (table > 0)
         first = np.argmax(usable, axis=0)
         found = usable.any(axis=0)
@@ -430,7 +515,7 @@ class Reference:
         self,
         hardware: HardwareSpec,
         problem_hash: str,
-        candidate_ids: pd.Index,
+        candidate_ids: CandidateIds,
         *,
         exclude: str | None = None,
     ) -> dict[str, np.ndarray]:
@@ -439,10 +524,12 @@ class Reference:
         out = {name: np.full(len(candidate_ids), np.nan) for name in REFERENCE_FEATURES}
         if not keys:
             return out
-        table = self._table(self.log_rel, [(k, problem_hash) for k in keys], candidate_ids)
-        distances = np.array([spec_distance(hardware, self.hardware[k]) for k in keys])
+        table = self._table("log_rel", [(k, problem_hash) for k in keys], candidate_ids)
+        devices = self._hardware_table
+        where = np.array([devices.position[k] for k in keys])
+        distances = devices.distances(hardware)[where]
         weights = np.exp(-distances / SIMILARITY_SCALE)
-        same_vendor = np.array([self.hardware[k].vendor == hardware.vendor for k in keys])
+        same_vendor = devices.vendors[where] == hardware.vendor
         with np.errstate(all="ignore"), warnings.catch_warnings():
             # An all-NaN column is a candidate no reference device measured: expected.
             warnings.simplefilter("ignore", category=RuntimeWarning)

@@ -166,3 +166,20 @@ def test_the_closest_problems_are_those_of_problem_distance() -> None:
 
 def expected_first(problem: ProblemKey, problems: list[ProblemKey]) -> str:
     return min((problem_distance(problem, p), p.key_hash()) for p in problems)[1]
+
+
+def test_distances_to_every_known_device_are_those_of_spec_distance() -> None:
+    from models.reference import spec_distance
+
+    names = ["A100", "RTX A4000", "W7800", "MI300X", "H100"]
+    devices = [resolve(n) for n in names] + [hardware_spec(unit_limit=u) for u in (16, 66)]
+    problem = gemm_problem(4096, 4096, 4096)
+    reference = Reference.from_data(_runs(devices, [problem]))
+    for asked in [*devices, resolve("RTX 3090"), hardware_spec(unit_limit=32)]:
+        by_key = {k: spec_distance(asked, h) for k, h in reference.hardware.items()}
+        table = reference._hardware_table
+        assert table.distances(asked) == pytest.approx([by_key[k] for k in table.keys])
+        nearest = reference.nearest_hardware(asked, problem.key_hash())
+        assert nearest is not None
+        assert nearest[0] == min(by_key, key=lambda k: (by_key[k], k))
+        assert nearest[1] == pytest.approx(min(by_key.values()))

@@ -1,0 +1,67 @@
+"""What the reference keeps of the training data: only the (hardware, problem) pairs measured."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from models.bundle import train_bundle
+from models.dataset import TuningData
+from models.priors import rank, served_candidates
+from models.reference import FAILED_LOG_REL, Reference
+from tests.factories import cublaslt, gemm_problem, hardware_spec, measurement, probe_run
+from tests.models.conftest import FAST_MODEL
+from tps.hardware import HardwareSpec
+from tps.problem import ProblemKey
+from tps.schemas import Measurement, ProbeRun
+
+CANDIDATES = [cublaslt(i) for i in range(8)]
+
+
+def _run(
+    hardware: HardwareSpec, problem: ProblemKey, scale: float, *, failed: int | None = None
+) -> ProbeRun:
+    return probe_run(
+        hardware=hardware,
+        problem=problem,
+        measurements=[
+            measurement(c, scale * (1 + i))
+            if i != failed
+            else Measurement(candidate=c, valid=False, error="wrong result")
+            for i, c in enumerate(CANDIDATES)
+        ],
+    )
+
+
+def test_a_pair_never_measured_has_no_row_nor_a_nearest_device() -> None:
+    full, half = hardware_spec(), hardware_spec(unit_limit=66)
+    square, skinny = gemm_problem(4096, 4096, 4096), gemm_problem(16, 8192, 4096)
+    # the full chip ran both problems, the half chip only the square one (one candidate failed)
+    data = TuningData.from_runs(
+        [_run(full, square, 10.0), _run(full, skinny, 3.0), _run(half, square, 20.0, failed=2)]
+    )
+    reference = Reference.from_data(data)
+    assert len(reference.log_rel) == 3
+    assert not reference.log_rel.isna().all(axis=1).any()
+    half_key, full_key = half.fingerprint(), full.fingerprint()
+    assert reference.groups_for(skinny.key_hash()) == [full_key]
+    nearest = reference.nearest_hardware(half, skinny.key_hash(), exclude=full_key)
+    assert nearest is None
+    failed = reference.log_rel.loc[(half_key, square.key_hash()), CANDIDATES[2].id]
+    assert failed == FAILED_LOG_REL
+    assert np.isnan(reference.median_us.loc[(half_key, square.key_hash()), CANDIDATES[2].id])
+
+
+def test_a_known_device_asking_about_a_problem_it_never_ran_gets_no_observation() -> None:
+    full, half = hardware_spec(), hardware_spec(unit_limit=66)
+    square, skinny = gemm_problem(4096, 4096, 4096), gemm_problem(16, 8192, 4096)
+    data = TuningData.from_runs(
+        [_run(full, square, 10.0), _run(full, skinny, 3.0), _run(half, square, 20.0)]
+    )
+    bundle = train_bundle(data, model_params=FAST_MODEL)
+    served = served_candidates(bundle, half, skinny)
+    ranked = rank(bundle, half, skinny, served)
+    assert ranked and all(r.source != "observed" for r in ranked)
+    # where it did measure, its own observation answers, in its measured order
+    own = rank(bundle, half, square, CANDIDATES)
+    assert [r.source for r in own] == ["observed"] * len(CANDIDATES)
+    assert [r.candidate.id for r in own] == [c.id for c in CANDIDATES]
