@@ -174,8 +174,9 @@ class InductorFleet:
         self.stats.lookups += 1
         key = problem.key_hash()
         entry = rt.cache.get(problem, rt.hardware)
-        if entry is None or key not in self._rankings:
-            asked = self._ask_fleet(problem)  # a cached winner alone has no ranking
+        # A cached winner alone has no ranking: a shortlist of several asks the fleet for it.
+        if entry is None or (self.shortlist > 1 and key not in self._rankings):
+            asked = self._ask_fleet(problem)
             if entry is None and asked is not None:
                 entry = asked
                 self.stats.fleet_hits += 1

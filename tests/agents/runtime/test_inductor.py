@@ -310,6 +310,10 @@ def test_a_second_host_compiles_the_fleets_winner_without_a_search(make_runtime,
         warm = InductorFleet(RuntimeSession(runtime=second, fleet=fleet_priors), shortlist=2)
         assert warm.configs(problem) == shortlist and warm.configs(problem) == shortlist
         assert asked == [1, 1, 1] and warm.stats.fleet_hits == 0
+        # The winner alone (the default) needs no ranking: a warm cache asks nobody.
+        alone = InductorFleet(RuntimeSession(runtime=second, fleet=fleet_priors))
+        assert alone.configs(problem) == shortlist[:1]
+        assert asked == [1, 1, 1] and alone.stats.hits == 1
 
 
 def test_a_torch_without_the_lookup_table_is_told_so(make_runtime, monkeypatch):
