@@ -107,7 +107,9 @@ class LatencyModel:
         if self.reference_features:
 
             def reference(hw_key: str, problem_hash: str, ids: np.ndarray) -> dict[str, Any] | None:
-                ref_problem = self.reference_.closest_problem(data.problems[problem_hash])
+                ref_problem = self.reference_.closest_problem(
+                    data.problems[problem_hash], exclude=hw_key if oof else None
+                )
                 if ref_problem is None:
                     return None
                 return self.reference_.feature_columns(
@@ -357,11 +359,16 @@ class LatencyModel:
             hardware=hardware, problem=problem, block=block, rows=rows, op=self.op
         )
         references = {}
-        ref_problem = self.reference_.closest_problem(problem) if self.reference_features else None
+        own = hardware.fingerprint()
+        ref_problem = (
+            self.reference_.closest_problem(problem, exclude=own)
+            if self.reference_features
+            else None
+        )
         if ref_problem is not None:
             # A device the model was trained on gets no help from its own measurements here.
             references = self.reference_.feature_columns(
-                hardware, ref_problem, block.index[rows], exclude=hardware.fingerprint()
+                hardware, ref_problem, block.index[rows], exclude=own
             )
         columns.update(references)
         X = np.full((len(ids), len(self.feature_names_)), np.nan)

@@ -63,8 +63,8 @@ def source_rankings(
 ) -> SourceRankings:
     """Return the model's, the nearest device's and the same-vendor consensus orders."""
     reference = model.reference_
-    ref_problem = reference.closest_problem(problem)
     own = hardware.fingerprint()
+    ref_problem = reference.closest_problem(problem, exclude=own)
     nearest = (
         reference.nearest_hardware(hardware, ref_problem, exclude=own) if ref_problem else None
     )

@@ -256,13 +256,16 @@ class Reference:
             problems=dict(data.problems),
         )
 
-    def closest_problem(self, problem: ProblemKey) -> str | None:
-        """Return the hash of the measured problem most like `problem` (itself when measured)."""
+    def closest_problem(self, problem: ProblemKey, *, exclude: str | None = None) -> str | None:
+        """Return the hash of the problem most like `problem` (itself when measured) that a
+        device other than `exclude` measured, or None."""
         own = problem.key_hash()
-        if own in self.problems:
+        if own in self.problems and self.groups_for(own, exclude=exclude):
             return own
-        closest = self._closest_problems(problem)
-        return closest[0][1] if closest else None
+        for _, problem_hash in self._closest_problems(problem):
+            if self.groups_for(problem_hash, exclude=exclude):
+                return problem_hash
+        return None
 
     @cached_property
     def _rows(self) -> dict[tuple[str, str], int]:

@@ -65,3 +65,19 @@ def test_a_known_device_asking_about_a_problem_it_never_ran_gets_no_observation(
     own = rank(bundle, half, square, CANDIDATES)
     assert [r.source for r in own] == ["observed"] * len(CANDIDATES)
     assert [r.candidate.id for r in own] == [c.id for c in CANDIDATES]
+
+
+def test_the_closest_problem_is_one_another_device_measured() -> None:
+    full, half = hardware_spec(), hardware_spec(unit_limit=66)
+    bf16, fp16 = gemm_problem(4096, 4096, 4096), gemm_problem(4096, 4096, 4096, dtype="fp16")
+    # only the full chip ran fp16; both ran bf16
+    data = TuningData.from_runs(
+        [_run(full, bf16, 10.0), _run(full, fp16, 10.0), _run(half, bf16, 20.0)]
+    )
+    reference = Reference.from_data(data)
+    assert reference.closest_problem(fp16) == fp16.key_hash()
+    # leaving the full chip out, its fp16 problem is known only by the bf16 one
+    assert reference.closest_problem(fp16, exclude=full.fingerprint()) == bf16.key_hash()
+    assert reference.closest_problem(bf16, exclude=half.fingerprint()) == bf16.key_hash()
+    alone = TuningData.from_runs([_run(full, fp16, 10.0)])
+    assert Reference.from_data(alone).closest_problem(fp16, exclude=full.fingerprint()) is None
