@@ -290,10 +290,14 @@ class LatencyModel:
         hardware: HardwareSpec,
         problem: ProblemKey,
         candidates: list[Candidate] | None = None,
+        *,
+        anchored: bool = True,
     ) -> pd.DataFrame:
         """Return one row per candidate: `score` (higher is better), `predicted_us`, and the
         parts behind them (`ranker_score`, the reference features). `predicted_us` is the
-        anchored booster's where the model has one; `regressor_us` is the plain regressor's.
+        anchored booster's where the model has one and `anchored` is set (serving asks for it
+        only for the candidates it returns: `anchored_us`); `regressor_us` is the plain
+        regressor's.
 
         `score` averages the rank percentiles of the ranker and of the regressor: on the
         leave-one-GPU-out data neither alone was as steady as the two together.
@@ -315,14 +319,8 @@ class LatencyModel:
         ranker_score = np.asarray(self.ranker_.predict(X, num_threads=PREDICT_THREADS))
         log_us = np.asarray(self.regressor_.predict(X, num_threads=PREDICT_THREADS))
         predicted_log_us = log_us
-        if self.latency_ is not None:
-            anchors = self.reference_.anchor_columns(
-                hardware, problem, pd.Index(ids), exclude=hardware.fingerprint()
-            )
-            X_lat = np.column_stack([X, *(anchors[name] for name in ANCHOR_FEATURES)])
-            predicted_log_us = _anchor_log_us(anchors) + np.asarray(
-                self.latency_.predict(X_lat, num_threads=PREDICT_THREADS)
-            )
+        if anchored and self.latency_ is not None:
+            predicted_log_us = self._anchored_log_us(hardware, problem, X, ids)
         return pd.DataFrame(
             {
                 **keys,
@@ -333,6 +331,30 @@ class LatencyModel:
                 "score": _percentile(ranker_score) + _percentile(-log_us),
             }
         )
+
+    def anchored_us(
+        self, hardware: HardwareSpec, problem: ProblemKey, candidates: list[Candidate]
+    ) -> np.ndarray | None:
+        """Return the anchored booster's latency (µs) of `candidates`, or None without one."""
+        self._check_fitted()
+        if self.latency_ is None or not candidates:
+            return None
+        ids = [c.id for c in candidates]
+        X, _ = self._prediction_features(hardware, problem, candidates, ids)
+        anchored: np.ndarray = np.exp(self._anchored_log_us(hardware, problem, X, ids))
+        return anchored
+
+    def _anchored_log_us(
+        self, hardware: HardwareSpec, problem: ProblemKey, X: np.ndarray, ids: list[str]
+    ) -> np.ndarray:
+        assert self.latency_ is not None
+        anchors = self.reference_.anchor_columns(
+            hardware, problem, ids, exclude=hardware.fingerprint()
+        )
+        X_lat = np.column_stack([X, *(anchors[name] for name in ANCHOR_FEATURES)])
+        correction = np.asarray(self.latency_.predict(X_lat, num_threads=PREDICT_THREADS))
+        log_us: np.ndarray = _anchor_log_us(anchors) + correction
+        return log_us
 
     def _prediction_features(
         self,

@@ -18,7 +18,7 @@ import numpy as np
 from models.bundle import ModelBundle
 from models.calibration import calibration_features, flat_share
 from models.policy import DEFAULT_POLICY, BlendPolicy
-from models.ranking import order_by, source_rankings, with_latency
+from models.ranking import order_by, source_rankings
 from tps.candidate import Candidate
 from tps.hardware import HardwareSpec
 from tps.problem import ProblemKey
@@ -85,9 +85,8 @@ def rank(
     if not candidates:
         return []
     choice = bundle.policy_for(problem.op)
-    frame = model.predict_frame(hardware, problem, candidates)
-    if choice is not None:
-        frame = with_latency(frame, choice.latency)
+    # The anchored latency is asked for the returned candidates alone, once they are ordered.
+    frame = model.predict_frame(hardware, problem, candidates, anchored=False)
     observed = _observed_order(bundle, hardware, problem, frame["candidate_id"].tolist())
     n = len(candidates)
     if observed is not None:
@@ -118,6 +117,11 @@ def rank(
             sources = ["family"] * len(sources)  # borrowed from the closest measured shape
             confidence = confidence * 0.5
     predicted = frame["predicted_us"].to_numpy()
+    if (choice.latency if choice is not None else "anchored") == "anchored":
+        anchored = model.anchored_us(hardware, problem, [candidates[int(i)] for i in order])
+        if anchored is not None:
+            predicted = predicted.copy()
+            predicted[np.asarray(order, dtype=int)] = anchored
     confidences = np.broadcast_to(np.asarray(confidence, dtype=float), (len(order),))
     return [
         RankedCandidate(

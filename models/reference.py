@@ -318,16 +318,15 @@ class Reference:
         return {"log_rel": self.log_rel.to_numpy(), "median_us": self.median_us.to_numpy()}
 
     @cached_property
-    def _column_position(self) -> dict[str, int]:
-        return {str(c): i for i, c in enumerate(self.log_rel.columns)}
+    def _columns(self) -> pd.Index:
+        return self.log_rel.columns
 
     def _table(
         self, values: str, keys: list[tuple[str, str]], candidate_ids: CandidateIds
     ) -> np.ndarray:
         """Return the rows `keys` of `values` ("log_rel" or "median_us") for `candidate_ids`
         (NaN where a candidate is not a column)."""
-        position = self._column_position
-        columns = np.array([position.get(c, -1) for c in candidate_ids], dtype=np.int64)
+        columns = self._columns.get_indexer(candidate_ids)
         rows = np.array([self._rows[k] for k in keys], dtype=np.int64)
         table: np.ndarray = self._values[values][np.ix_(rows, columns)]
         table[:, columns < 0] = np.nan
@@ -496,24 +495,6 @@ class Reference:
             out[name] = np.where(found, np.asarray(values)[first], np.nan)
         return out
 
-    def features(
-        self,
-        hardware: HardwareSpec,
-        problem_hash: str,
-        candidate_ids: pd.Index | list[str],
-        *,
-        exclude: str | None = None,
-    ) -> pd.DataFrame:
-        """Return reference features for candidates on `hardware` (excluding `exclude`).
-
-        ref_mean: mean relative latency over the other devices; ref_vendor: over devices
-        of the same vendor; ref_near: on the nearest device by spec; ref_wmean: weighted
-        by spec similarity; ref_min/ref_max: the spread over devices.
-        """
-        index = pd.Index(candidate_ids)
-        columns = self.feature_columns(hardware, problem_hash, index, exclude=exclude)
-        return pd.DataFrame(columns, index=index)
-
     def feature_columns(
         self,
         hardware: HardwareSpec,
@@ -522,7 +503,13 @@ class Reference:
         *,
         exclude: str | None = None,
     ) -> dict[str, np.ndarray]:
-        """Return `features` as one array per feature name."""
+        """Return reference features for candidates on `hardware` (excluding `exclude`), one
+        array per feature name.
+
+        ref_mean: mean relative latency over the other devices; ref_vendor: over devices
+        of the same vendor; ref_near: on the nearest device by spec; ref_wmean: weighted
+        by spec similarity; ref_min/ref_max: the spread over devices.
+        """
         keys = self.groups_for(problem_hash, exclude=exclude)
         out = {name: np.full(len(candidate_ids), np.nan) for name in REFERENCE_FEATURES}
         if not keys:
