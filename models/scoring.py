@@ -131,9 +131,7 @@ def evaluate_group(
     frame = with_latency(predicted, latency)
     rankings = source_rankings(model, hardware, problem, frame)
     shortlist = model.reference_.shortlist(problem.key_hash(), exclude=hw_key)
-    served_part = _Shortlisted.of(
-        model, hardware, problem, candidates, rankings, shortlist, latency=latency
-    )
+    served_part = _Shortlisted.of(model, hardware, problem, candidates, rankings, shortlist)
     baselines: dict[str, Ranker] = {
         "baseline_nearest": NearestRanker(),
         "baseline_random": RandomRanker(seed=seed),
@@ -188,8 +186,6 @@ class _Shortlisted:
         candidates: list[Candidate],
         rankings: SourceRankings,
         shortlist: frozenset[str] | None,
-        *,
-        latency: str = "anchored",
     ) -> _Shortlisted:
         """Split the group whose `rankings` (of every candidate) are given."""
         frame = rankings.frame
@@ -198,8 +194,10 @@ class _Shortlisted:
         head, tail = everything[listed], everything[~listed]
         if len(head) == 0 or len(tail) == 0:
             return cls(everything, rankings, everything[:0], everything[:0], _predicted(frame))
-        head_frame = with_latency(
-            model.predict_frame(hardware, problem, [candidates[i] for i in head]), latency
+        # Its latencies are the whole group's (`predicted_us` below): the head's own orders
+        # need no anchored booster.
+        head_frame = model.predict_frame(
+            hardware, problem, [candidates[i] for i in head], anchored=False
         )
         return cls(
             head=head,
