@@ -17,6 +17,15 @@ Inside `compiled(session)`:
 
 A problem is inductor's product exactly (op, dtypes, shapes, strides, scalars); its
 candidates are inductor's template configurations (backend `inductor`).
+
+`tune_kernels` (on by default) does the same for inductor's other kernels. It turns on
+coordinate-descent tuning, as max-autotune does: inductor then lowers a product with one row
+or column (decode at batch 1) to a reduction fused with its neighbours (norm, activation),
+and tunes each pointwise and reduction kernel's launch configuration at its first run. On the
+H200 that took Llama-3-8B decode at batch 1 from 0.85 to 0.95 of max-autotune (BENCHMARKS.md).
+Each kernel's tuning is a probe run too (op `inductor_kernel`, keyed by the kernel's source,
+its size hints and the torch and Triton versions): the next host of the same GPU model runs
+the fleet's configuration without tuning it.
 """
 
 from __future__ import annotations
@@ -27,14 +36,14 @@ import math
 import re
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agents.errors import AgentError
 from tps.bounds import KEY_PATTERN
 from tps.candidate import INDUCTOR_BACKEND, MAX_PARAMS, Candidate
-from tps.problem import ProblemKey
+from tps.problem import MAX_FREE_DIMS, ProblemKey
 from tps.schemas import MAX_MEASUREMENTS_PER_RUN, Measurement, ProbeRun
 
 if TYPE_CHECKING:
@@ -49,6 +58,10 @@ SHORTLIST = 1  # the winner alone: measured faster than a shortlist of 3
 OPS = frozenset({"mm", "addmm", "bmm"})
 DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}
 MAX_STR_PARAM = 256
+KERNEL_OP = "inductor_kernel"  # a pointwise or reduction kernel inductor generated
+KERNEL_CONFIG = "triton_config"  # the template id of a kernel's launch configuration
+LAUNCH_FIELDS = ("num_warps", "num_stages")
+POINTER_DTYPES = {"*bf16": "bf16", "*fp16": "fp16", "*fp32": "fp32"}
 
 
 def inductor_problem(
@@ -103,6 +116,48 @@ def inductor_problem(
     )
 
 
+def kernel_problem(autotuner: Any) -> ProblemKey | None:
+    """The problem of one generated Triton kernel, or None where it cannot be named.
+
+    Its dims are the kernel's size hints (`x`, `r0_`, ... without the underscore); its
+    variant a digest of the kind of heuristic, the size hints, the kernel's source and the
+    torch and Triton versions, so that only the very same kernel shares a configuration.
+    """
+    import torch
+
+    try:
+        source = str(autotuner.fn.src)
+        hints = dict(autotuner.size_hints or {})
+        heuristic = str(autotuner.heuristic_type)
+        signature = dict((autotuner.triton_meta or {}).get("signature") or {})
+    except (AttributeError, TypeError, ValueError):
+        return None
+    dims: dict[str, int] = {}
+    for name, value in sorted(hints.items()):
+        key = str(name).rstrip("_") or str(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0 and _is_key(key):
+            dims[key] = value
+    if not dims or len(dims) > MAX_FREE_DIMS:
+        return None
+    dtype = next((POINTER_DTYPES[t] for t in signature.values() if t in POINTER_DTYPES), "fp32")
+    layout = repr((heuristic, sorted(hints.items()), source, torch.__version__, _triton()))
+    digest = hashlib.sha256(layout.encode()).hexdigest()[:24]
+    try:
+        return ProblemKey(
+            op=KERNEL_OP, dtype=dtype, dims=dims, variant=f"{BACKEND}:kernel:{digest}"
+        )
+    except ValueError:  # a size hint past the bounds of a dim
+        return None
+
+
+def _triton() -> str:
+    try:
+        import triton
+    except ImportError:
+        return "none"
+    return str(triton.__version__)
+
+
 def _column_major(shape: Sequence[int], stride: Sequence[int]) -> bool:
     rows, cols = int(shape[-2]), int(shape[-1])
     return int(stride[-2]) == 1 and int(stride[-1]) != 1 and rows > 1 and cols > 1
@@ -147,6 +202,9 @@ class CompiledStats:
     fleet_hits: int = 0
     served: int = 0  # configurations handed to inductor over all hits
     searched: int = 0
+    kernel_lookups: int = 0  # pointwise and reduction kernels about to be tuned
+    kernel_hits: int = 0  # of those, run with a known configuration, untuned
+    kernels_tuned: int = 0  # tuned here, recorded and pushed
 
 
 class InductorFleet:
@@ -247,9 +305,17 @@ class InductorFleet:
 
     # -- recording: what inductor timed when it had to search -----------------------------
     def record(
-        self, problem: ProblemKey, timed: Sequence[tuple[Candidate, float]]
+        self,
+        problem: ProblemKey,
+        timed: Sequence[tuple[Candidate, float]],
+        *,
+        winner: Candidate | None = None,
+        rationale: str = "inductor's GEMM search under max-autotune, recorded by TPS",
     ) -> ProbeRun | None:
-        """Turn one search's timings (milliseconds) into a probe run: cached, then pushed."""
+        """Turn one search's timings (milliseconds) into a probe run: cached, then pushed.
+
+        The winner is the fastest valid timing unless `winner` names the one inductor chose.
+        """
         measurements: dict[str, Measurement] = {}
         for candidate, ms in timed:
             if candidate.id in measurements:
@@ -265,7 +331,10 @@ class InductorFleet:
         if not measurements:
             return None
         valid = [m for m in measurements.values() if m.valid and m.median_us is not None]
-        winner = min(valid, key=lambda m: m.median_us or math.inf) if valid else None
+        best = min(valid, key=lambda m: m.median_us or math.inf) if valid else None
+        chosen = measurements.get(winner.id) if winner is not None else None
+        if chosen is not None and chosen.valid:
+            best = chosen
         rt = self.session.runtime
         run = ProbeRun(
             run_id=uuid.uuid4(),
@@ -273,16 +342,75 @@ class InductorFleet:
             hardware=rt.hardware,
             problem=problem,
             measurements=list(measurements.values())[:MAX_MEASUREMENTS_PER_RUN],
-            winner_id=winner.candidate.id if winner is not None else None,
+            winner_id=best.candidate.id if best is not None else None,
             source=BACKEND,
-            rationale="inductor's GEMM search under max-autotune, recorded by TPS",
+            rationale=rationale,
         )
         rt.cache.put(run)
         self.learn(run)
         if rt.on_probe is not None:
             rt.on_probe(run)
-        self.stats.searched += 1
         return run
+
+    # -- kernels: inductor's coordinate-descent tuning, once per fleet --------------------
+    def kernel_config(self, problem: ProblemKey) -> dict[str, Any] | None:
+        """The launch configuration this host's cache or the fleet knows for a kernel."""
+        rt = self.session.runtime
+        self.stats.kernel_lookups += 1
+        entry = rt.cache.get(problem, rt.hardware)
+        if entry is None:
+            entry = self._ask_fleet(problem)
+            if entry is not None:
+                self.stats.fleet_hits += 1
+        if entry is None or entry.winner.backend != BACKEND:
+            return None
+        params = dict(entry.winner.params)
+        if params.pop(TEMPLATE_ID, None) != KERNEL_CONFIG or not all(
+            isinstance(params.get(f), int) for f in LAUNCH_FIELDS
+        ):
+            return None
+        return params
+
+    def tune_kernel(
+        self, tune: Any, autotuner: Any, launcher: Any, *args: Any, **kwargs: Any
+    ) -> Any:
+        """Run inductor's tuning of one kernel (`tune`), or the configuration already known.
+
+        A known configuration that does not build here falls back to tuning, logged once.
+        """
+        if not _coordesc_tunes(autotuner):
+            return tune(autotuner, launcher, *args, **kwargs)
+        problem = kernel_problem(autotuner)
+        if problem is None:
+            return tune(autotuner, launcher, *args, **kwargs)
+        params = self.kernel_config(problem)
+        if params is not None:
+            served = _launcher_of(autotuner, params)
+            if served is not None:
+                self.stats.kernel_hits += 1
+                return served
+        winner = tune(autotuner, launcher, *args, **kwargs)
+        self.record_kernel(problem, autotuner, winner)
+        return winner
+
+    def record_kernel(self, problem: ProblemKey, autotuner: Any, winner: Any) -> None:
+        """Record the configurations one kernel's tuning timed, and the one it chose."""
+        tuner = getattr(autotuner, "coordesc_tuner", None)
+        results = dict(getattr(tuner, "cached_benchmark_results", None) or {})
+        timed = []
+        for items, ms in results.items():
+            candidate = config_candidate(KERNEL_CONFIG, dict(items))
+            if candidate is not None and isinstance(ms, int | float):
+                timed.append((candidate, float(ms)))
+        chosen = config_candidate(KERNEL_CONFIG, _config_params(getattr(winner, "config", None)))
+        run = self.record(
+            problem,
+            timed,
+            winner=chosen,
+            rationale="inductor's coordinate-descent tuning of a kernel, recorded by TPS",
+        )
+        if run is not None:
+            self.stats.kernels_tuned += 1
 
     # -- the hooks inductor calls --------------------------------------------------------
     def problem_of(self, kernel_inputs: Any, op_name: str) -> ProblemKey | None:
@@ -322,7 +450,86 @@ class InductorFleet:
             # inductor reports a product again wherever the graph repeats it: record it once
             if problem is not None and problem_hash not in self._recorded:
                 self._recorded.add(problem_hash)
-                self.record(problem, timed)
+                if self.record(problem, timed) is not None:
+                    self.stats.searched += 1
+
+
+NOT_TUNED = frozenset({"TEMPLATE", "USER_AUTOTUNE", "FIXED"})  # inductor tunes these no further
+ORDER_SENSITIVE = frozenset({"REDUCTION", "PERSISTENT_REDUCTION", "SPLIT_SCAN"})
+
+
+def _coordesc_tunes(autotuner: Any) -> bool:
+    """Whether inductor would tune this kernel one knob at a time (as its own check says).
+
+    torch 2.13 asks `_should_coordesc_tune`; torch 2.11 checks the same inline: templates,
+    a user's own `@triton.autotune` and fixed configurations are not tuned, nor reductions
+    in deterministic mode.
+    """
+    if hasattr(type(autotuner), "_should_coordesc_tune"):
+        return bool(autotuner._should_coordesc_tune)
+    kind = getattr(autotuner, "heuristic_type", None)
+    name = str(getattr(kind, "name", kind))
+    if name in NOT_TUNED:
+        return False
+    return not (getattr(autotuner, "deterministic_mode", False) and name in ORDER_SENSITIVE)
+
+
+def _config_params(config: Any) -> dict[str, Any]:
+    """A Triton config's kwargs and launch fields, as the tuner's cache keys them."""
+    if config is None:
+        return {}
+    params = dict(getattr(config, "kwargs", None) or {})
+    for name in LAUNCH_FIELDS:
+        params[name] = getattr(config, name, None)
+    return params
+
+
+def _triton_config(params: dict[str, Any]) -> Any:
+    from triton import Config
+
+    kwargs = {k: v for k, v in params.items() if k not in LAUNCH_FIELDS}
+    return Config(kwargs, num_warps=params["num_warps"], num_stages=params["num_stages"])
+
+
+def _launcher_of(autotuner: Any, params: dict[str, Any]) -> Any:
+    """A launcher of `autotuner`'s kernel with a known configuration; None if it will not build."""
+    try:
+        config = _triton_config(params)
+        config.found_by_coordesc = True  # inductor tunes it no further
+        ensure = getattr(autotuner, "_ensure_kernel_loaded", None)
+        if ensure is not None:
+            ensure()
+        elif getattr(autotuner.fn, "fn", True) is None and hasattr(autotuner, "_reload_kernel"):
+            # compiled in a worker, which dropped the function: load it here, as inductor does
+            autotuner.fn = autotuner._reload_kernel().fn
+        lock = getattr(autotuner, "lock", None) or nullcontext()
+        with lock:
+            return autotuner._precompile_config(config).make_launcher()
+    except Exception as exc:  # a configuration from another build of the kernel
+        log.warning(
+            "the fleet's configuration %s of %s did not build here; inductor tunes it: %s",
+            params,
+            getattr(getattr(autotuner, "fn", None), "__name__", "a kernel"),
+            exc,
+        )
+        return None
+
+
+@contextmanager
+def _kernel_tuning(fleet: InductorFleet) -> Iterator[None]:
+    """Route inductor's coordinate-descent tuning of each kernel through `fleet`."""
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    original = CachingAutotuner.coordinate_descent_tuning
+
+    def coordinate_descent_tuning(autotuner: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
+        return fleet.tune_kernel(original, autotuner, launcher, *args, **kwargs)
+
+    CachingAutotuner.coordinate_descent_tuning = coordinate_descent_tuning  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        CachingAutotuner.coordinate_descent_tuning = original  # type: ignore[method-assign]
 
 
 class CompiledRuntimeError(AgentError):
@@ -393,13 +600,19 @@ def _choices_class() -> type:
 
 @contextmanager
 def compiled(
-    session: RuntimeSession | None = None, *, shortlist: int = SHORTLIST, **options: Any
+    session: RuntimeSession | None = None,
+    *,
+    shortlist: int = SHORTLIST,
+    tune_kernels: bool = True,
+    **options: Any,
 ) -> Iterator[InductorFleet]:
     """Compile inside the block with the fleet's GEMM winners; search and record the rest.
 
     Give an open `session` or the options of `open_session`. The first call of a
-    compiled model compiles it, so that call belongs inside the block. `shortlist` is how
-    many of each product's fastest configurations inductor times (see `InductorFleet`).
+    compiled model compiles it and tunes its kernels, so that call belongs inside the
+    block. `shortlist` is how many of each product's fastest configurations inductor times
+    (see `InductorFleet`); `tune_kernels` tunes every other kernel too, through the fleet
+    (see the module's docstring).
     """
     import torch._inductor.config as inductor_config
     from torch._inductor import select_algorithm
@@ -414,6 +627,9 @@ def compiled(
     saver = select_algorithm.get_algorithm_selector_cache()  # the one that searches
     with ExitStack() as stack:
         stack.enter_context(inductor_config.patch(max_autotune_gemm=True))
+        if tune_kernels:
+            stack.enter_context(inductor_config.patch(coordinate_descent_tuning=True))
+            stack.enter_context(_kernel_tuning(fleet))
         stack.enter_context(V.set_choices_handler(handler))
         saver.add_feedback_saver(fleet.feedback)
         try:

@@ -117,15 +117,14 @@ class CaseResult:
     second_host_compile_lookups: int | None = None
     second_host_compile_served: int | None = None
     second_host_vs_max_autotune: float | None = None
-    # host 2 with the fleet's 3 fastest per product (`shortlist=3`), which inductor times
-    second_host_top3_ms: float | None = None
-    second_host_top3_compile_s: float | None = None
-    second_host_top3_vs_max_autotune: float | None = None
-    # host 2 again, compiled in max-autotune's own mode: the fleet's GEMMs, inductor's other tuning
-    second_host_mode_ms: float | None = None
-    second_host_mode_compile_s: float | None = None
-    second_host_mode_searched: int | None = None
-    second_host_mode_vs_max_autotune: float | None = None
+    # kernels (pointwise, reduction) tuned by host 1, and served to host 2 untuned
+    compile_tps_kernels_tuned: int | None = None
+    second_host_kernel_hits: int | None = None
+    second_host_kernel_lookups: int | None = None
+    # host 2 with the fleet's GEMMs alone (`tune_kernels=False`): no kernel tuning
+    second_host_gemm_only_ms: float | None = None
+    second_host_gemm_only_compile_s: float | None = None
+    second_host_gemm_only_vs_max_autotune: float | None = None
     second_host_probes: int | None = None
     second_host_speedup: float | None = None
     second_host_warm_start_s: float | None = None
@@ -342,9 +341,10 @@ def _compiled(
     """Compile cold (no inductor caches), in this order: default, max-autotune, TPS, TPS host 2.
 
     Host 1 compiles a copy inside `tps_runtime.compiled`: inductor searches each GEMM as
-    max-autotune does and TPS records the searches, which go to the service. Host 2, with an
-    empty cache, compiles another copy with the fleet's winners and no search, and once more
-    with a shortlist of each product's 3 fastest. (The eager routes under torch.compile, the
+    max-autotune does, tunes every other kernel, and TPS records both, which go to the
+    service. Host 2, with an empty cache and none of host 1's kernels in memory, compiles
+    another copy with the fleet's GEMM winners and kernel configurations, and once more with
+    the GEMM winners alone (`tune_kernels=False`). (The eager routes under torch.compile, the
     custom op, have their own tests and `compiled_gain`.)
     """
     import torch
@@ -389,8 +389,10 @@ def _compiled(
             with tps_runtime.compiled(fleet.first) as searched:
                 result.compile_tps_tuning_s = first_call(variants["compile_tps"], "compile_tps")
             result.compile_tps_searched = searched.stats.searched
+            result.compile_tps_kernels_tuned = searched.stats.kernels_tuned
             fleet.first.flush()  # host 1's searches go to the service
             if fleet.service is not None:
+                _new_process_kernels()
                 second = _host(device, fleet.workdir, "host2-compiled", fleet.service, fleet.token)
                 variants["second_host_compile_tps"] = forward(
                     torch.compile(copy.deepcopy(model), options=gemm_search, dynamic=False)
@@ -403,32 +405,20 @@ def _compiled(
                 result.second_host_compile_hits = served.stats.hits
                 result.second_host_compile_lookups = served.stats.lookups
                 result.second_host_compile_served = served.stats.served
+                result.second_host_kernel_hits = served.stats.kernel_hits
+                result.second_host_kernel_lookups = served.stats.kernel_lookups
                 second.close()
-                # The same fleet, each product's 3 fastest timed by inductor.
-                top3 = _host(device, fleet.workdir, "host2-top3", fleet.service, fleet.token)
-                variants["second_host_top3"] = forward(
+                # The same fleet's GEMM winners, with no kernel tuning (inductor's defaults).
+                _new_process_kernels()
+                alone = _host(device, fleet.workdir, "host2-gemm", fleet.service, fleet.token)
+                variants["second_host_gemm_only"] = forward(
                     torch.compile(copy.deepcopy(model), options={**gemm_search, "debug": False})
                 )
-                with tps_runtime.compiled(top3, shortlist=3):
-                    result.second_host_top3_compile_s = first_call(
-                        variants["second_host_top3"], "second_host_top3"
+                with tps_runtime.compiled(alone, tune_kernels=False):
+                    result.second_host_gemm_only_compile_s = first_call(
+                        variants["second_host_gemm_only"], "second_host_gemm_only"
                     )
-                top3.close()
-                if "max-autotune" in compile_modes:
-                    # The user's max-autotune mode inside `compiled`: GEMMs from the fleet,
-                    # inductor's own tuning of everything else as max-autotune does it.
-                    third = _host(device, fleet.workdir, "host2-mode", fleet.service, fleet.token)
-                    variants["second_host_mode"] = forward(
-                        torch.compile(
-                            copy.deepcopy(model), mode="max-autotune-no-cudagraphs", dynamic=False
-                        )
-                    )
-                    with tps_runtime.compiled(third) as moded:
-                        result.second_host_mode_compile_s = first_call(
-                            variants["second_host_mode"], "second_host_mode"
-                        )
-                    result.second_host_mode_searched = moded.stats.searched
-                    third.close()
+                alone.close()
     if searches is not None:
         saver.feedback_saver_fns.remove(searches)
     if not variants:
@@ -444,21 +434,27 @@ def _compiled(
         result.compile_tps_speedup = result.compile_ms / result.compile_tps_ms
     if result.max_autotune_ms and result.compile_tps_ms:
         result.tps_vs_max_autotune = result.max_autotune_ms / result.compile_tps_ms
-    result.second_host_mode_ms = times.get("second_host_mode")
-    if result.max_autotune_ms and result.second_host_mode_ms:
-        result.second_host_mode_vs_max_autotune = (
-            result.max_autotune_ms / result.second_host_mode_ms
-        )
     if result.max_autotune_ms and result.second_host_compile_tps_ms:
         result.second_host_vs_max_autotune = (
             result.max_autotune_ms / result.second_host_compile_tps_ms
         )
-    result.second_host_top3_ms = times.get("second_host_top3")
-    if result.max_autotune_ms and result.second_host_top3_ms:
-        result.second_host_top3_vs_max_autotune = (
-            result.max_autotune_ms / result.second_host_top3_ms
+    result.second_host_gemm_only_ms = times.get("second_host_gemm_only")
+    if result.max_autotune_ms and result.second_host_gemm_only_ms:
+        result.second_host_gemm_only_vs_max_autotune = (
+            result.max_autotune_ms / result.second_host_gemm_only_ms
         )
-    torch._dynamo.reset()
+
+
+def _new_process_kernels() -> None:
+    """Forget the kernels this process loaded, as a host of its own would have none.
+
+    Inductor keeps each generated kernel, tuned, by its source: without this a second
+    host's compile would be handed host 1's tuned kernels in memory.
+    """
+    from torch._inductor import async_compile, codecache
+
+    async_compile.CompiledTritonKernels.cache_clear()  # type: ignore[no-untyped-call]
+    codecache.PyCodeCache.cache_clear()
 
 
 class AutotuneLog:
@@ -526,6 +522,7 @@ def kernel_table(run: Callable[[], Any], device: str, *, forwards: int = 10) -> 
     rows.sort(key=lambda row: -float(row["us"]))
     return {
         "device_us_per_forward": round(sum(float(row["us"]) for row in rows), 1),
+        "launches_per_forward": round(sum(float(row["calls"]) for row in rows), 1),
         "kernels": rows[:40],
     }
 

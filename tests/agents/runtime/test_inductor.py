@@ -325,3 +325,231 @@ def test_a_torch_without_the_lookup_table_is_told_so(make_runtime, monkeypatch):
     with pytest.raises(CompiledRuntimeError, match="lookup table .* this is torch"):
         with compiled(RuntimeSession(runtime=make_runtime())):
             pass
+
+
+# -- kernels: inductor's coordinate-descent tuning through the fleet --------------------------
+
+
+@dataclass
+class Launcher:
+    config: Any
+
+
+@dataclass
+class TritonConfig:
+    """Triton's Config where Triton is absent (this CPU build of torch has none)."""
+
+    kwargs: dict[str, Any]
+    num_warps: int
+    num_stages: int
+    found_by_coordesc: bool = False
+
+
+@dataclass
+class Tuner:
+    cached_benchmark_results: dict[Any, float] = field(default_factory=dict)
+
+
+class Kernel:
+    """What TPS reads of inductor's CachingAutotuner: its kernel, size hints and tuner."""
+
+    def __init__(self, src: str = "def triton_red_fused_mm_0(in_ptr0, out_ptr0): ...") -> None:
+        self.fn = type("Fn", (), {"src": src, "__name__": "triton_red_fused_mm_0"})()
+        self.size_hints = {"x": 4096, "r0_": 4096}
+        self.heuristic_type = "HeuristicType.REDUCTION"
+        self.triton_meta = {"signature": {"in_ptr0": "*bf16", "out_ptr0": "*bf16", "xnumel": "i32"}}
+        self.coordesc_tuner = Tuner()
+        self.built: list[Any] = []
+
+    def _precompile_config(self, config: Any) -> Any:
+        self.built.append(config)
+        return type("Compiled", (), {"make_launcher": lambda _self: Launcher(config)})()
+
+
+class Autotuner(Kernel):
+    _should_coordesc_tune = True  # torch 2.13's own check
+
+
+def timings(*rows: tuple[int, int, float]) -> dict[Any, float]:
+    """The tuner's cache: (R0_BLOCK, num_warps, ms) per configuration, keyed as inductor keys it."""
+    return {
+        (("R0_BLOCK", block), ("XBLOCK", 1), ("num_warps", warps), ("num_stages", 1)): ms
+        for block, warps, ms in rows
+    }
+
+
+def tuning(autotuner: Autotuner, chosen: tuple[int, int], calls: list[Any]):
+    """Inductor's own tuning, as TPS wraps it: it fills the tuner's cache and returns a launcher."""
+
+    def tune(tuner_self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(launcher)
+        tuner_self.coordesc_tuner.cached_benchmark_results = timings(
+            (64, 4, 0.030), (128, 8, 0.021), (256, 8, 0.020), (512, 16, math.inf)
+        )
+        block, warps = chosen
+        return Launcher(TritonConfig({"R0_BLOCK": block, "XBLOCK": 1}, warps, 1, True))
+
+    return tune
+
+
+def test_a_kernel_maps_to_a_problem_of_its_source_and_size_hints():
+    from agents.runtime.inductor import KERNEL_OP, kernel_problem
+
+    problem = kernel_problem(Autotuner())
+    assert problem is not None and problem.op == KERNEL_OP and problem.dtype == "bf16"
+    assert problem.dims == {"x": 4096, "r0": 4096}
+    assert kernel_problem(Autotuner()) == problem  # the same kernel on another host
+    assert kernel_problem(Autotuner(src="def other(in_ptr0): ...")) != problem
+    odd = Autotuner()
+    odd.size_hints = {}
+    assert kernel_problem(odd) is None  # nothing to name it by
+    assert kernel_problem(object()) is None
+
+
+def test_a_kernels_tuning_is_recorded_then_served_without_tuning(make_runtime, monkeypatch):
+    import agents.runtime.inductor as inductor
+
+    monkeypatch.setattr(
+        inductor,
+        "_triton_config",
+        lambda p: TritonConfig(
+            {k: v for k, v in p.items() if k not in ("num_warps", "num_stages")},
+            p["num_warps"],
+            p["num_stages"],
+        ),
+    )
+    runs = []
+    rt = make_runtime()
+    rt.on_probe = runs.append
+    fleet = InductorFleet(RuntimeSession(runtime=rt))
+    calls: list[Any] = []
+    first = Autotuner()
+    # inductor chose 128/8, 5% slower than 256/8 (coordinate descent keeps a config unless the
+    # next one gains enough): the recorded winner is the one it chose
+    launched = fleet.tune_kernel(tuning(first, (128, 8), calls), first, "initial")
+    assert calls == ["initial"] and launched.config.kwargs["R0_BLOCK"] == 128
+    (run,) = runs
+    assert run.problem.op == "inductor_kernel" and len(run.measurements) == 4
+    winner = next(m for m in run.measurements if m.candidate.id == run.winner_id)
+    assert winner.candidate.params["R0_BLOCK"] == 128 and winner.median_us == pytest.approx(21.0)
+    assert sum(not m.valid for m in run.measurements) == 1  # the configuration that failed
+    assert fleet.stats.kernels_tuned == 1 and fleet.stats.searched == 0
+
+    # the same kernel again (this host's cache): built with that configuration, not tuned
+    again = Autotuner()
+    launched = fleet.tune_kernel(tuning(again, (64, 4), calls), again, "initial")
+    assert calls == ["initial"] and fleet.stats.kernel_hits == 1
+    (built,) = again.built
+    assert built.kwargs == {"R0_BLOCK": 128, "XBLOCK": 1} and built.num_warps == 8
+    assert built.found_by_coordesc and launched.config is built
+
+
+def test_a_known_configuration_that_does_not_build_is_tuned_again(make_runtime, monkeypatch):
+    import agents.runtime.inductor as inductor
+
+    def broken(params: dict[str, Any]) -> Any:
+        raise RuntimeError("out of resources: shared memory")
+
+    rt = make_runtime()
+    fleet = InductorFleet(RuntimeSession(runtime=rt))
+    calls: list[Any] = []
+    fleet.tune_kernel(tuning(Autotuner(), (128, 8), calls), Autotuner(), "initial")
+    monkeypatch.setattr(inductor, "_triton_config", broken)
+    fleet.tune_kernel(tuning(Autotuner(), (128, 8), calls), Autotuner(), "initial")
+    assert calls == ["initial", "initial"] and fleet.stats.kernel_hits == 0
+
+
+class Fixed(Autotuner):
+    _should_coordesc_tune = False  # a template, a user's own @triton.autotune
+
+
+class Older(Kernel):
+    """torch 2.11's autotuner: no `_should_coordesc_tune`; the heuristic's kind says."""
+
+    def __init__(self, kind: str, deterministic: bool = False) -> None:
+        super().__init__()
+        self.heuristic_type = type("Kind", (), {"name": kind})()
+        self.deterministic_mode = deterministic
+
+
+@pytest.mark.parametrize(
+    "autotuner,tuned_here",
+    [
+        (Fixed(), False),
+        (Older("TEMPLATE"), False),
+        (Older("USER_AUTOTUNE"), False),
+        (Older("REDUCTION", deterministic=True), False),
+        (Older("REDUCTION"), True),
+        (Older("POINTWISE", deterministic=True), True),
+    ],
+)
+def test_only_a_kernel_inductor_would_tune_goes_through_the_fleet(
+    make_runtime, autotuner, tuned_here
+):
+    fleet = InductorFleet(RuntimeSession(runtime=make_runtime()))
+    calls: list[Any] = []
+    fleet.tune_kernel(tuning(autotuner, (128, 8), calls), autotuner, "initial")
+    assert calls == ["initial"]  # inductor's own code runs either way
+    assert fleet.stats.kernel_lookups == int(tuned_here)
+    assert fleet.stats.kernels_tuned == int(tuned_here)
+
+
+def test_the_block_tunes_kernels_and_puts_inductor_back(make_runtime):
+    import torch._inductor.config as inductor_config
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    original = CachingAutotuner.coordinate_descent_tuning
+    tuned_before = inductor_config.coordinate_descent_tuning
+    with compiled(RuntimeSession(runtime=make_runtime())):
+        assert inductor_config.coordinate_descent_tuning is True
+        assert CachingAutotuner.coordinate_descent_tuning is not original
+    assert CachingAutotuner.coordinate_descent_tuning is original
+    assert inductor_config.coordinate_descent_tuning == tuned_before
+    with compiled(RuntimeSession(runtime=make_runtime()), tune_kernels=False):
+        assert inductor_config.coordinate_descent_tuning == tuned_before
+        assert CachingAutotuner.coordinate_descent_tuning is original
+
+
+def test_a_second_host_runs_the_fleets_kernel_configuration(
+    make_runtime, live_service, monkeypatch
+):
+    """Host 1's kernel tuning goes to the real service; host 2 builds its winner untuned."""
+    import httpx
+
+    import agents.runtime.inductor as inductor
+    from agents.runtime.fleet import FleetPriors
+    from tests.factories import batch_body
+
+    monkeypatch.setattr(
+        inductor,
+        "_triton_config",
+        lambda p: TritonConfig(
+            {k: v for k, v in p.items() if k not in ("num_warps", "num_stages")},
+            p["num_warps"],
+            p["num_stages"],
+        ),
+    )
+    runs = []
+    first = make_runtime()
+    first.on_probe = runs.append
+    calls: list[Any] = []
+    InductorFleet(RuntimeSession(runtime=first)).tune_kernel(
+        tuning(Autotuner(), (256, 8), calls), Autotuner(), "initial"
+    )
+    with live_service.client() as client:
+        pushed = client.post(
+            "/v1/probe-runs", content=batch_body(runs), headers={"Content-Type": "application/json"}
+        )
+        assert pushed.status_code in (200, 201), pushed.text
+
+    second = make_runtime()
+    second.cache = type(first.cache)(None)  # an empty cache of its own
+    with httpx.Client(base_url=live_service.base_url) as client:
+        fleet_priors = FleetPriors(client=client, token=live_service.agent_token, margin=0.01)
+        fleet = InductorFleet(RuntimeSession(runtime=second, fleet=fleet_priors))
+        kernel = Autotuner()
+        fleet.tune_kernel(tuning(kernel, (64, 4), calls), kernel, "initial")
+    assert calls == ["initial"]  # host 2 tuned nothing
+    (built,) = kernel.built
+    assert built.kwargs["R0_BLOCK"] == 256 and built.num_warps == 8
+    assert fleet.stats.fleet_hits == 1 and fleet.stats.kernel_hits == 1
