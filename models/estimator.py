@@ -226,6 +226,7 @@ class LatencyModel:
             raise ModelError(f"no measurements of op {self.op!r} to train on")
         self._candidate_cache = None
         self._block_cache = None
+        self._universe_cache: list[Candidate] | None = None
         if hasattr(self, "candidates_"):
             del self.candidates_  # a refit must not reuse the previous fit's candidates
         self.reference_ = Reference.from_data(data)
@@ -434,9 +435,18 @@ class LatencyModel:
         return candidates, frame["score"].to_numpy(), frame["predicted_us"].to_numpy()
 
     def candidate_universe(self) -> list[Candidate]:
-        """Return every candidate seen in training, in a stable order."""
+        """Return every candidate seen in training, in a stable order (its id's)."""
         self._check_fitted()
-        return [self.candidates_[k] for k in sorted(self.candidates_)]
+        universe = getattr(self, "_universe_cache", None)
+        if universe is None:
+            universe = [self.candidates_[k] for k in sorted(self.candidates_)]
+            self._universe_cache = universe
+        return list(universe)
+
+    def universe_among(self, ids: frozenset[str]) -> list[Candidate]:
+        """Return the candidates of the universe whose id is in `ids`, in the universe's order."""
+        self._check_fitted()
+        return [self.candidates_[k] for k in sorted(ids) if k in self.candidates_]
 
 
 def _per_group(

@@ -53,15 +53,14 @@ def served_candidates(
     """Return what `rank` orders when given no list: the op's candidate universe, or on a
     device that never measured this problem, the shortlist of what was fast elsewhere."""
     model = bundle.model_for(problem.op)
-    universe = model.candidate_universe()
     own = hardware.fingerprint()
     problem_hash = problem.key_hash()
     if own in model.reference_.groups_for(problem_hash):
-        return universe  # measured here: its own observation answers
+        return model.candidate_universe()  # measured here: its own observation answers
     shortlist = model.reference_.shortlist(problem_hash)
     if shortlist is None:
-        return universe
-    return [c for c in universe if c.id in shortlist]
+        return model.candidate_universe()
+    return model.universe_among(shortlist)
 
 
 def rank(

@@ -81,3 +81,40 @@ def test_the_closest_problem_is_one_another_device_measured() -> None:
     assert reference.closest_problem(bf16, exclude=half.fingerprint()) == bf16.key_hash()
     alone = TuningData.from_runs([_run(full, fp16, 10.0)])
     assert Reference.from_data(alone).closest_problem(fp16, exclude=full.fingerprint()) is None
+
+
+def test_a_new_device_is_ranked_among_each_known_devices_fastest_few() -> None:
+    """The shortlist takes each device's fastest 10%, at least 32 and at most 256."""
+    from models.reference import SHORTLIST_MAX, SHORTLIST_MIN
+
+    many = [cublaslt(i) for i in range(4000)]
+    few = many[:100]
+    problem, other = gemm_problem(4096, 4096, 4096), gemm_problem(16, 8192, 4096)
+    a, b = hardware_spec(), hardware_spec(unit_limit=66)
+
+    def timed(hardware: HardwareSpec, candidates: list, order: int, on: ProblemKey) -> ProbeRun:
+        # device a: fastest first; device b: fastest last (their shortlists do not overlap)
+        n = len(candidates)
+        return probe_run(
+            hardware=hardware,
+            problem=on,
+            measurements=[
+                measurement(c, 1.0 + (i if order > 0 else n - i)) for i, c in enumerate(candidates)
+            ],
+        )
+
+    reference = Reference.from_data(
+        TuningData.from_runs(
+            [
+                timed(a, many, 1, problem),
+                timed(b, many, -1, problem),
+                timed(a, few, 1, other),
+            ]
+        )
+    )
+    shortlist = reference.shortlist(problem.key_hash())
+    assert shortlist is not None and len(shortlist) == 2 * SHORTLIST_MAX  # 10% of 4000 is 400
+    assert many[0].id in shortlist and many[-1].id in shortlist  # each device's fastest
+    assert many[SHORTLIST_MAX].id not in shortlist
+    small = reference.shortlist(other.key_hash())
+    assert small is not None and len(small) == SHORTLIST_MIN  # 10% of 100 is 10
