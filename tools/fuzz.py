@@ -48,9 +48,12 @@ def unexplained(result: dict[str, Any]) -> list[str]:
         if not any(rule in detail for rule in CROSS_FIELD_RULES):
             found.append(f"ST202 Schema-valid request rejected: {detail[:300]}")
     if result["errors"]:
-        found.append(f"{result['errors']} runtime errors")
+        details = "; ".join(result.get("error_details", [])[:3])
+        found.append(f"{result['errors']} runtime errors: {details}")
     return found
 
+
+REQUEST_TIMEOUT_S = 60.0
 
 # No training worker (jobs queue and wait) and no rate limit (the fuzzer is the only client).
 FUZZ_ENV = {"TPS_TRAINING_WORKER": "false", "TPS_RATE_LIMIT_PER_S": "0"}
@@ -90,6 +93,8 @@ def _run_one(base_url: str, token: str, config: FuzzConfig, report: Path) -> dic
         "--workers", str(config.workers),
         "--phases", config.phases,
         "--generation-database", "none",
+        # what is fuzzed is the answers, not their speed: a loaded machine must not time out
+        "--request-timeout", str(REQUEST_TIMEOUT_S),
         "--no-color",
         "--report", "json", "--report-json-path", str(report),
     ]  # fmt: skip
@@ -106,6 +111,7 @@ def _run_one(base_url: str, token: str, config: FuzzConfig, report: Path) -> dic
         "cases": data["test_cases"]["generated"],
         "unique_failures": data["test_cases"]["unique_failures"],
         "errors": len(data["errors"]),
+        "error_details": [json.dumps(e, default=str)[:300] for e in data["errors"]],
         "failures": [
             {"code": f["code"], "title": f["title"], "operations": f["operations"]}
             for f in data["failures"]

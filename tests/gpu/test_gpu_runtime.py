@@ -43,6 +43,15 @@ def session_with(tmp_path, winner, problem, **kwargs) -> RuntimeSession:
     return session
 
 
+def fleet_host(tmp_path, name) -> RuntimeSession:
+    """A host of the fleet: a session with a cache and bans of its own."""
+    return open_session(
+        device="cuda",
+        cache=ProbeCache(tmp_path / f"{name}.json"),
+        bans=tmp_path / f"{name}-b.json",
+    )
+
+
 def offered(backend, problem, limit=4):
     from agents.probe.device import open_device
     from agents.probe.settings import ProbeSettings
@@ -190,14 +199,7 @@ def test_compiled_searches_a_product_once_and_a_second_host_compiles_it_with_no_
     with torch.no_grad():
         reference = torch.relu(layer(x))
 
-    def host(name):
-        return open_session(
-            device="cuda",
-            cache=ProbeCache(tmp_path / f"{name}.json"),
-            bans=tmp_path / f"{name}-b.json",
-        )
-
-    first, runs = host("host1"), []
+    first, runs = fleet_host(tmp_path, "host1"), []
     first.runtime.on_probe = runs.append
     with inductor_config.patch(force_disable_caches=True), torch.no_grad():
         torch._dynamo.reset()
@@ -207,7 +209,7 @@ def test_compiled_searches_a_product_once_and_a_second_host_compiles_it_with_no_
         assert fleet1.stats.searched >= 1 and runs and fleet1.stats.hits == 0
         runs = [r for r in runs if r.problem.op == "gemm"]  # not the kernels' tuning
         assert runs and all(len(r.measurements) > 1 and r.winner_id for r in runs)
-        second = host("host2")  # the fleet's answer, as the service would give it
+        second = fleet_host(tmp_path, "host2")  # the fleet's answer, as the service would give it
         second.runtime.cache.merge(first.runtime.cache.entries())
         torch._dynamo.reset()
         f2 = torch.compile(lambda t: torch.relu(layer(t)))
@@ -240,14 +242,7 @@ def test_compiled_tunes_a_decode_step_once_and_a_second_host_runs_it_untuned(tmp
     with torch.no_grad():
         reference = step(x)
 
-    def host(name):
-        return open_session(
-            device="cuda",
-            cache=ProbeCache(tmp_path / f"{name}.json"),
-            bans=tmp_path / f"{name}-b.json",
-        )
-
-    first, runs = host("host1"), []
+    first, runs = fleet_host(tmp_path, "host1"), []
     first.runtime.on_probe = runs.append
     with inductor_config.patch(force_disable_caches=True), torch.no_grad():
         torch._dynamo.reset()
@@ -258,7 +253,7 @@ def test_compiled_tunes_a_decode_step_once_and_a_second_host_runs_it_untuned(tmp
         kernel_runs = [r for r in runs if r.problem.op == "inductor_kernel"]
         assert len(kernel_runs) == fleet1.stats.kernels_tuned
         assert all(r.winner_id and any(m.valid for m in r.measurements) for r in kernel_runs)
-        second = host("host2")  # the fleet's answer, as the service would give it
+        second = fleet_host(tmp_path, "host2")  # the fleet's answer, as the service would give it
         second.runtime.cache.merge(first.runtime.cache.entries())
         # a process of its own: none of host 1's tuned kernels in memory
         async_compile.CompiledTritonKernels.cache_clear()

@@ -20,4 +20,5 @@ def test_the_api_meets_its_schema_under_fuzzing(postgres_server_url: str) -> Non
     assert result["server_errors_logged"] == 0, result.get("server_log_tail")
     for role in ("agent", "admin"):
         assert result[role]["cases"] > 500
-        assert unexplained(result[role]) == [], result[role]["output"]
+        found = unexplained(result[role])
+        assert found == [], f"{found}\n{result[role]['output']}"

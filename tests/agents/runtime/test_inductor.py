@@ -406,18 +406,20 @@ def test_a_kernel_maps_to_a_problem_of_its_source_and_size_hints():
     assert kernel_problem(object()) is None
 
 
-def test_a_kernels_tuning_is_recorded_then_served_without_tuning(make_runtime, monkeypatch):
+@pytest.fixture
+def without_triton(monkeypatch):
+    """Build a served configuration as the TritonConfig above (this torch has no Triton)."""
     import agents.runtime.inductor as inductor
 
-    monkeypatch.setattr(
-        inductor,
-        "_triton_config",
-        lambda p: TritonConfig(
-            {k: v for k, v in p.items() if k not in ("num_warps", "num_stages")},
-            p["num_warps"],
-            p["num_stages"],
-        ),
-    )
+    def config(params: dict[str, Any]) -> TritonConfig:
+        kwargs = {k: v for k, v in params.items() if k not in ("num_warps", "num_stages")}
+        return TritonConfig(kwargs, params["num_warps"], params["num_stages"])
+
+    monkeypatch.setattr(inductor, "_triton_config", config)
+
+
+@pytest.mark.usefixtures("without_triton")
+def test_a_kernels_tuning_is_recorded_then_served_without_tuning(make_runtime):
     runs = []
     rt = make_runtime()
     rt.on_probe = runs.append
@@ -510,25 +512,14 @@ def test_the_block_tunes_kernels_and_puts_inductor_back(make_runtime):
         assert CachingAutotuner.coordinate_descent_tuning is original
 
 
-def test_a_second_host_runs_the_fleets_kernel_configuration(
-    make_runtime, live_service, monkeypatch
-):
+@pytest.mark.usefixtures("without_triton")
+def test_a_second_host_runs_the_fleets_kernel_configuration(make_runtime, live_service):
     """Host 1's kernel tuning goes to the real service; host 2 builds its winner untuned."""
     import httpx
 
-    import agents.runtime.inductor as inductor
     from agents.runtime.fleet import FleetPriors
     from tests.factories import batch_body
 
-    monkeypatch.setattr(
-        inductor,
-        "_triton_config",
-        lambda p: TritonConfig(
-            {k: v for k, v in p.items() if k not in ("num_warps", "num_stages")},
-            p["num_warps"],
-            p["num_stages"],
-        ),
-    )
     runs = []
     first = make_runtime()
     first.on_probe = runs.append
