@@ -270,24 +270,29 @@ def test_compiling_inside_the_block_leaves_inductor_as_it_was(make_runtime):
     assert type(V.choices) is before and fleet.feedback not in saver.feedback_saver_fns
 
 
-def test_a_second_host_compiles_the_fleets_winner_without_a_search(make_runtime, live_service):
-    """Host 1's recorded search goes to the real service; host 2 asks once and gets its winner."""
-    import httpx
-
-    from agents.runtime.fleet import FleetPriors
+def push(live_service, runs) -> None:
+    """Push host 1's runs to the real service, as its pusher would."""
     from tests.factories import batch_body
 
-    runs = []
-    first = make_runtime()
-    first.on_probe = runs.append
-    problem = mm_problem(m=7)
-    searched(InductorFleet(RuntimeSession(runtime=first)), problem, {"32": 0.020, "64": 0.012})
     with live_service.client() as client:
         pushed = client.post(
             "/v1/probe-runs", content=batch_body(runs), headers={"Content-Type": "application/json"}
         )
         assert pushed.status_code in (200, 201), pushed.text
 
+
+def test_a_second_host_compiles_the_fleets_winner_without_a_search(make_runtime, live_service):
+    """Host 1's recorded search goes to the real service; host 2 asks once and gets its winner."""
+    import httpx
+
+    from agents.runtime.fleet import FleetPriors
+
+    runs = []
+    first = make_runtime()
+    first.on_probe = runs.append
+    problem = mm_problem(m=7)
+    searched(InductorFleet(RuntimeSession(runtime=first)), problem, {"32": 0.020, "64": 0.012})
+    push(live_service, runs)
     second = make_runtime()
     second.cache = type(first.cache)(None)  # an empty cache of its own
     with httpx.Client(base_url=live_service.base_url) as client:
@@ -518,7 +523,6 @@ def test_a_second_host_runs_the_fleets_kernel_configuration(make_runtime, live_s
     import httpx
 
     from agents.runtime.fleet import FleetPriors
-    from tests.factories import batch_body
 
     runs = []
     first = make_runtime()
@@ -527,12 +531,7 @@ def test_a_second_host_runs_the_fleets_kernel_configuration(make_runtime, live_s
     InductorFleet(RuntimeSession(runtime=first)).tune_kernel(
         tuning(Autotuner(), (256, 8), calls), Autotuner(), "initial"
     )
-    with live_service.client() as client:
-        pushed = client.post(
-            "/v1/probe-runs", content=batch_body(runs), headers={"Content-Type": "application/json"}
-        )
-        assert pushed.status_code in (200, 201), pushed.text
-
+    push(live_service, runs)
     second = make_runtime()
     second.cache = type(first.cache)(None)  # an empty cache of its own
     with httpx.Client(base_url=live_service.base_url) as client:
