@@ -4,11 +4,14 @@ Usage (device):
   python3 benchmarks/diag_compiled_split.py --model llama3-8b-8l --case decode-b1 --out F
 Compiles cold (no inductor caches), against the embedded service:
 - `max_autotune`: `mode="max-autotune-no-cudagraphs"`;
-- `host1`: `tps_runtime.compiled`, inductor searches every GEMM and TPS records it;
-- then four second hosts, each with an empty cache and the fleet's GEMM winners (no GEMM
-  search), compiled with: `gemm` (what `compiled` sets: `max_autotune_gemm`), `coordesc`
-  (+ `coordinate_descent_tuning`), `pointwise` (+ `max_autotune`: several configurations of
-  every pointwise and reduction kernel) and `mode` (both, max-autotune's own mode).
+- `host1`: `tps_runtime.compiled`, inductor searches every GEMM and tunes every kernel, and
+  TPS records both;
+- then second hosts (`--hosts`), each with an empty cache, none of the others' kernels in
+  memory and the fleet's GEMM winners (no GEMM search), compiled with: `gemm` (the GEMMs
+  alone, `tune_kernels=False`), `coordesc` (`compiled`'s default: inductor's
+  coordinate-descent tuning, each kernel's configuration served by the fleet), `pointwise`
+  (`max_autotune`: several configurations of every pointwise and reduction kernel, no
+  kernel tuning) and `mode` (both, max-autotune's own mode).
 Times them side by side (60 rounds x 3 forwards) and profiles each (kernels, device time and
 launches per forward). Writes one JSON object; prints the figures.
 """
@@ -23,11 +26,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-SECOND_HOSTS: dict[str, dict[str, Any]] = {
-    "gemm": {"max_autotune_gemm": True},
-    "coordesc": {"max_autotune_gemm": True, "coordinate_descent_tuning": True},
-    "pointwise": {"max_autotune": True},
-    "mode": {"max_autotune": True, "coordinate_descent_tuning": True},
+# name: (inductor options, whether `compiled` tunes kernels through the fleet)
+SECOND_HOSTS: dict[str, tuple[dict[str, Any], bool]] = {
+    "gemm": ({"max_autotune_gemm": True}, False),
+    # `debug: False` changes nothing but the option set: dynamo would serve `gemm`'s graph
+    "coordesc": ({"max_autotune_gemm": True, "debug": False}, True),
+    "pointwise": ({"max_autotune": True}, False),
+    "mode": ({"max_autotune": True}, True),
 }
 
 
@@ -37,12 +42,21 @@ def main() -> None:
 
     from agents import runtime as tps_runtime
     from cli.bench_runtime import embedded_service
-    from tools.bench.runtime import CASES, Clock, _host, _sync, build_model, kernel_table
+    from tools.bench.runtime import (
+        CASES,
+        Clock,
+        _host,
+        _new_process_kernels,
+        _sync,
+        build_model,
+        kernel_table,
+    )
 
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="llama3-8b-8l")
     p.add_argument("--case", default="decode-b1")
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--hosts", nargs="+", default=list(SECOND_HOSTS), choices=list(SECOND_HOSTS))
     args = p.parse_args()
     torch.manual_seed(0)
     model = build_model(args.model, device="cuda").to(dtype=torch.bfloat16)
@@ -85,11 +99,13 @@ def main() -> None:
             first_call("host1", run)
         searched["host1"] = fleet.stats.searched
         host1.close()  # pushes the searches to the service
-        for name, options in SECOND_HOSTS.items():
+        for name in args.hosts:
+            options, tune_kernels = SECOND_HOSTS[name]
+            _new_process_kernels()  # a host of its own has none of the others' kernels
             host = _host("cuda", work, f"host2-{name}", url, token)
             # `dynamic=False` and a distinct option set: dynamo compiles each copy anew
             run = forward(torch.compile(copy.deepcopy(model), options={**options}, dynamic=False))
-            with tps_runtime.compiled(host) as fleet:
+            with tps_runtime.compiled(host, tune_kernels=tune_kernels) as fleet:
                 first_call(name, run)
             searched[name] = fleet.stats.searched
             host.close()

@@ -47,8 +47,13 @@ def bench_runtime(
     token: Annotated[str | None, typer.Option(help="agent token of --service")] = None,
     fleet: Annotated[bool, typer.Option(help="measure the second host's warm start")] = True,
     compile_modes: Annotated[
-        list[str], typer.Option("--compile", help="default and/or max-autotune; none to skip")
-    ] = ["default", "max-autotune"],  # noqa: B006
+        list[str],
+        typer.Option(
+            "--compile",
+            help="default, max-autotune and/or gemm-only (host 2 without kernel tuning; "
+            "with default); none to skip",
+        ),
+    ] = ["default", "max-autotune", "gemm-only"],  # noqa: B006
     out: Annotated[Path | None, typer.Option(help="append each case's JSON line here")] = None,
     eager: Annotated[
         bool, typer.Option(help="measure eager TPS and TunableOp (--no-eager: compiled only)")

@@ -78,7 +78,7 @@ def hardware_features(hardware: HardwareSpec) -> dict[str, float]:
     peak16 = hardware.peak_tflops.get("bf16", hardware.peak_tflops.get("fp16", float("nan")))
     units = hardware.active_units
     share = units / hardware.compute_units
-    bandwidth = hardware.mem_bandwidth_gbs * share
+    bandwidth = hardware.usable_bandwidth_gbs
     arch_digits = "".join(ch for ch in hardware.arch if ch.isdigit())
     return {
         "hw_vendor": VENDOR_CODE.get(hardware.vendor, 9.0),

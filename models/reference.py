@@ -78,11 +78,10 @@ def bound_us(hardware: HardwareSpec, problem: ProblemKey) -> float:
     """Return the roofline bound of `problem` on `hardware` in µs: the larger of its FLOPs at
     the dtype's peak and its operands' bytes at the memory bandwidth (ops other than GEMM,
     whose FLOPs are not known, count one operation per element at the fp32 peak)."""
-    share = hardware.active_units / hardware.compute_units
     flops = problem.flops or float(math.prod(problem.dims.values()))
     peak = dtype_peak_tflops(hardware, problem.dtype if problem.flops else "fp32")
     compute = flops / (peak * 1e6)
-    memory = problem_bytes(problem) / (hardware.mem_bandwidth_gbs * share * 1e3)
+    memory = problem_bytes(problem) / (hardware.usable_bandwidth_gbs * 1e3)
     return max(compute, memory, 1e-3)
 
 
@@ -94,7 +93,7 @@ def spec_vector(hardware: HardwareSpec) -> np.ndarray:
         [
             math.log2(units),
             math.log2(max(hardware.l2_bytes, 1)),
-            math.log2(hardware.mem_bandwidth_gbs * share),
+            math.log2(hardware.usable_bandwidth_gbs),
             math.log2(hardware.peak_tflops.get("fp32", 1.0) * share),
             math.log2(hardware.clock_mhz or 1000.0),
         ]
@@ -462,11 +461,9 @@ class Reference:
         usable = np.isfinite(table) & (table > 0)
         first = np.argmax(usable, axis=0)
         found = usable.any(axis=0)
-        share = hardware.active_units / hardware.compute_units
         scale, peak, bandwidth = [], [], []
         for _, k, p in groups:
             ref_hw, ref_problem = self.hardware[k], self.problems[p]
-            ref_share = ref_hw.active_units / ref_hw.compute_units
             scale.append(math.log(target / bound_us(ref_hw, ref_problem)))
             peak.append(
                 math.log(
@@ -474,11 +471,7 @@ class Reference:
                     / dtype_peak_tflops(ref_hw, ref_problem.dtype)
                 )
             )
-            bandwidth.append(
-                math.log(
-                    hardware.mem_bandwidth_gbs * share / (ref_hw.mem_bandwidth_gbs * ref_share)
-                )
-            )
+            bandwidth.append(math.log(hardware.usable_bandwidth_gbs / ref_hw.usable_bandwidth_gbs))
         columns = np.arange(n)
         with np.errstate(all="ignore"):
             logs = np.log(np.where(usable, table, 1.0))

@@ -14,6 +14,9 @@ Vendor = Literal["nvidia", "amd", "intel", "cpu"]
 
 # Fields that identify software, not hardware: they never change the fingerprint.
 SOFTWARE_FIELDS = frozenset({"driver_version", "blas_version", "torch_version"})
+# Fields measured on the host, which wander from one measurement to the next: they describe the
+# configuration but never change its fingerprint.
+MEASURED_FIELDS = frozenset({"limited_bandwidth_gbs"})
 
 MAX_UNITS = 1_000_000
 MAX_BYTES = 2**50  # a pebibyte: far above any device, far below a bigint
@@ -49,13 +52,23 @@ class HardwareSpec(BaseModel):
     smem_per_unit_bytes: Annotated[int, Field(ge=0, le=MAX_BYTES), NotText] | None = None
     # Green contexts and CPU thread limits give distinct configurations of one device.
     unit_limit: Annotated[int, Field(gt=0, le=MAX_UNITS), NotText] | None = None
+    # Memory bandwidth is not shared out by units: on an H200, 16 of 132 SMs copy at about
+    # 40% of the whole chip's rate, not 12%. The agent measures it under the limit.
+    limited_bandwidth_gbs: float | None = Field(
+        default=None,
+        gt=0,
+        le=1e6,
+        allow_inf_nan=False,
+        strict=True,
+        description="copy bandwidth measured with unit_limit in force (GB/s)",
+    )
     driver_version: str | None = Field(default=None, max_length=64, pattern=NO_NUL)
     blas_version: str | None = Field(default=None, max_length=64, pattern=NO_NUL)
     torch_version: str | None = Field(default=None, max_length=64, pattern=NO_NUL)
 
     def fingerprint(self) -> str:
         """Return a stable hash of the hardware fields (software versions excluded)."""
-        body = self.model_dump(mode="json", exclude=set(SOFTWARE_FIELDS))
+        body = self.model_dump(mode="json", exclude=set(SOFTWARE_FIELDS | MEASURED_FIELDS))
         payload = json.dumps(body, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -63,6 +76,16 @@ class HardwareSpec(BaseModel):
     def active_units(self) -> int:
         """Return the compute units the work may use (the limit, when one is set)."""
         return min(self.unit_limit or self.compute_units, self.compute_units)
+
+    @property
+    def usable_bandwidth_gbs(self) -> float:
+        """Return the memory bandwidth the units in use get: measured under the limit, when it
+        was, else the whole device's shared out by units."""
+        if self.unit_limit is None or self.active_units >= self.compute_units:
+            return self.mem_bandwidth_gbs
+        if self.limited_bandwidth_gbs is not None:
+            return min(self.limited_bandwidth_gbs, self.mem_bandwidth_gbs)
+        return self.mem_bandwidth_gbs * self.active_units / self.compute_units
 
     def software_key(self) -> str:
         """Return the versions that invalidate cached choices when they change."""

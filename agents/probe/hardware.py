@@ -144,12 +144,15 @@ def _detect_gpu(device: Device, measure_bandwidth: bool) -> HardwareSpec:
     bandwidth = _gpu_copy_gbs(device) if measure_bandwidth else nvml.get("bandwidth_gbs")
     if bandwidth is None:
         bandwidth = _gpu_copy_gbs(device)
+    limited = device.sm_limit is not None and device.sm_limit < props.multi_processor_count
     return HardwareSpec(
         vendor="amd" if rocm else "nvidia",
         arch=arch,
         name=props.name[:128],
         compute_units=props.multi_processor_count,
         unit_limit=device.sm_limit,
+        # on the green context's stream: what its SMs alone can move
+        limited_bandwidth_gbs=_gpu_copy_gbs(device) if limited else None,
         l2_bytes=int(getattr(props, "L2_cache_size", 0)),
         mem_bandwidth_gbs=bandwidth,
         memory_bytes=int(props.total_memory),
@@ -195,19 +198,23 @@ def _gpu_blas(rocm: bool) -> str | None:
 
 
 def _gpu_copy_gbs(device: Device) -> float:
-    """Time a 1 GiB device-to-device copy with events; count bytes read plus written."""
+    """Time a 1 GiB device-to-device copy kernel with events; count bytes read plus written.
+
+    The copy is an elementwise kernel on the device's stream (a green context's, when set),
+    not a memcpy, which a copy engine could serve outside the SMs in use.
+    """
     import torch
 
     s = device.stream if device.stream is not None else torch.cuda.current_stream()
     with torch.cuda.stream(s):
         src = torch.ones(2**28, dtype=torch.float32, device=device.torch_device)
         dst = torch.empty_like(src)
-        dst.copy_(src)
+        torch.mul(src, 1.0, out=dst)
         start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         start.record(s)
         for _ in range(5):
-            dst.copy_(src)
+            torch.mul(src, 1.0, out=dst)
         end.record(s)
     end.synchronize()
     seconds = float(start.elapsed_time(end)) / 1000 / 5

@@ -120,13 +120,14 @@ def kernel_problem(autotuner: Any) -> ProblemKey | None:
     """The problem of one generated Triton kernel, or None where it cannot be named.
 
     Its dims are the kernel's size hints (`x`, `r0_`, ... without the underscore); its
-    variant a digest of the kind of heuristic, the size hints, the kernel's source and the
-    torch and Triton versions, so that only the very same kernel shares a configuration.
+    variant a digest of the kind of heuristic, the size hints, the kernel's source (its
+    name left out) and the torch and Triton versions, so that only the very same kernel
+    shares a configuration.
     """
     import torch
 
     try:
-        source = str(autotuner.fn.src)
+        source = _anonymous(str(autotuner.fn.src))
         hints = dict(autotuner.size_hints or {})
         heuristic = str(autotuner.heuristic_type)
         signature = dict((autotuner.triton_meta or {}).get("signature") or {})
@@ -148,6 +149,19 @@ def kernel_problem(autotuner: Any) -> ProblemKey | None:
         )
     except ValueError:  # a size hint past the bounds of a dim
         return None
+
+
+_KERNEL_NAME = re.compile(r"def\s+(\w+)\s*\(")
+
+
+def _anonymous(source: str) -> str:
+    """A kernel's source without its name, which ends in a counter of the graph it is in
+    (`triton_poi_fused_add_3`): the same kernel in another graph, or another host's graph
+    that fused one kernel differently before it, keeps its configuration."""
+    found = _KERNEL_NAME.search(source)
+    if found is None:
+        return source
+    return re.sub(rf"\b{re.escape(found.group(1))}\b", "kernel", source)
 
 
 def _triton() -> str:

@@ -63,6 +63,20 @@ def test_the_bound_is_the_larger_of_compute_and_memory() -> None:
     )
 
 
+def test_a_limited_configuration_is_bound_by_the_bandwidth_it_measured() -> None:
+    gemv = gemm_problem(1, 4096, 4096)
+    moved = 2 * (4096 * 4096 + 2 * 4096)
+    # on the H200, 16 SMs copied at 1500 GB/s, not 16/132 of the chip's 4800
+    measured = hardware_spec(unit_limit=16, limited_bandwidth_gbs=1500.0)
+    assert bound_us(measured, gemv) == pytest.approx(moved / 1500e3)
+    assert bound_us(hardware_spec(unit_limit=16), gemv) == pytest.approx(
+        moved / (4800e3 * 16 / 132)
+    )
+    # the compute side still takes the units' share of the peak
+    square = gemm_problem(4096, 4096, 4096)
+    assert bound_us(measured, square) == pytest.approx(2 * 4096**3 / (989.4e6 * 16 / 132))
+
+
 def test_a_candidate_measured_nearby_is_carried_by_the_bound_ratio() -> None:
     full = hardware_spec()
     problem = gemm_problem(4096, 4096, 4096)

@@ -218,7 +218,7 @@ def run_case(
     workdir: Path,
     service: str | None = None,
     token: str | None = None,
-    compile_modes: tuple[str, ...] = ("default", "max-autotune"),
+    compile_modes: tuple[str, ...] = ("default", "max-autotune", "gemm-only"),
     eager: bool = True,
     profile: bool = False,
     autotune: bool = False,
@@ -408,6 +408,7 @@ def _compiled(
                 result.second_host_kernel_hits = served.stats.kernel_hits
                 result.second_host_kernel_lookups = served.stats.kernel_lookups
                 second.close()
+            if fleet.service is not None and "gemm-only" in compile_modes:
                 # The same fleet's GEMM winners, with no kernel tuning (inductor's defaults).
                 _new_process_kernels()
                 alone = _host(device, fleet.workdir, "host2-gemm", fleet.service, fleet.token)

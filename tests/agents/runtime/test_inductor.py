@@ -405,6 +405,11 @@ def test_a_kernel_maps_to_a_problem_of_its_source_and_size_hints():
     assert problem.dims == {"x": 4096, "r0": 4096}
     assert kernel_problem(Autotuner()) == problem  # the same kernel on another host
     assert kernel_problem(Autotuner(src="def other(in_ptr0): ...")) != problem
+    # the same kernel numbered otherwise in another graph (its name ends in a counter)
+    renumbered = Autotuner(src="def triton_red_fused_mm_7(in_ptr0, out_ptr0): ...")
+    assert kernel_problem(renumbered) == problem
+    changed = Autotuner(src="def triton_red_fused_mm_0(in_ptr1, out_ptr0): ...")
+    assert kernel_problem(changed) != problem
     odd = Autotuner()
     odd.size_hints = {}
     assert kernel_problem(odd) is None  # nothing to name it by
