@@ -67,8 +67,8 @@ async def post_priors(
     key = ("spec", query.hardware_fingerprint, query.problem_hash, query.limit)
     answer = priors.cached(key)
     if answer is None:
-        answer = await run_in_threadpool(
-            priors.answer, sessions, key, lambda session: priors.prior(session, query)
+        answer = await priors.answer_once(
+            sessions, key, lambda session: priors.prior(session, query)
         )
     return _respond(answer, metrics)
 
@@ -139,8 +139,7 @@ async def get_priors(
     key = ("ids", hardware_id, problem, limit)
     answer = priors.cached(key)
     if answer is None:
-        answer = await run_in_threadpool(
-            priors.answer,
+        answer = await priors.answer_once(
             sessions,
             key,
             lambda session: priors.prior_by_ids(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from services.profiler_api.errors import NotFound, Unprocessable
 from services.profiler_api.priors import repository
@@ -43,11 +45,37 @@ class PriorService:
     ) -> None:
         self.sources = list(sources)
         self.cache = cache if cache is not None else PriorAnswerCache(size=0, ttl_s=0.0)
+        # Questions being answered now, by event loop and question: the hosts of a job ask
+        # about a new GPU all at once, and one worker thread and one database session
+        # answer each question while the others wait on the event loop, holding neither.
+        self._answering: dict[tuple[int, Hashable], asyncio.Task[Answer]] = {}
 
     def cached(self, key: Hashable) -> Answer | None:
         """Return the cached answer to the question `key`, if there is a good one."""
         hit = self.cache.get(key)
         return Answer(body=hit.body, source=hit.source) if hit else None
+
+    async def answer_once(
+        self, sessions: SessionFactory, key: Hashable, ask: Callable[[Session], Prior]
+    ) -> Answer:
+        """Answer the question `key` as `answer` does, once for every request asking it now.
+
+        The answer is computed in a task of its own: a caller that goes away (a client that
+        hangs up) leaves it running for the others.
+        """
+        slot = (id(asyncio.get_running_loop()), key)
+        task = self._answering.get(slot)
+        if task is None:
+            task = asyncio.ensure_future(run_in_threadpool(self.answer, sessions, key, ask))
+            self._answering[slot] = task
+            task.add_done_callback(lambda done: self._answered(slot, done))
+        return await asyncio.shield(task)
+
+    def _answered(self, slot: tuple[int, Hashable], task: asyncio.Task[Answer]) -> None:
+        if self._answering.get(slot) is task:
+            del self._answering[slot]
+        if not task.cancelled():
+            task.exception()  # retrieved: each waiter has raised it already, or none is left
 
     def answer(
         self, sessions: SessionFactory, key: Hashable, ask: Callable[[Session], Prior]
