@@ -158,7 +158,15 @@ with torch.cuda.stream(s):
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     e0.record(s); g.replay(); e1.record(s)
 e1.synchronize()
-print(json.dumps({"ms": e0.elapsed_time(e1) / 5, "unit_limit": detect_hardware(dev).unit_limit}))
+spec = detect_hardware(dev)
+print(json.dumps({
+    "ms": e0.elapsed_time(e1) / 5,
+    "unit_limit": spec.unit_limit,
+    "limited_bandwidth_gbs": spec.limited_bandwidth_gbs,
+    "usable_bandwidth_gbs": spec.usable_bandwidth_gbs,
+    "fingerprint": spec.fingerprint(),
+    "unmeasured": spec.model_copy(update={"limited_bandwidth_gbs": None}).fingerprint(),
+}))
 """
 
 
@@ -177,6 +185,10 @@ def test_green_context_limits_sms_one_context_per_process():
     full, limited = time_with(0), time_with(16)
     assert limited["unit_limit"] == 16 and full["unit_limit"] is None
     assert limited["ms"] > 3 * full["ms"], (full, limited)
+    # the limit's own bandwidth is measured, and it names no other configuration
+    assert full["limited_bandwidth_gbs"] is None
+    assert 0 < limited["limited_bandwidth_gbs"] < full["usable_bandwidth_gbs"], (full, limited)
+    assert limited["fingerprint"] == limited["unmeasured"] != full["fingerprint"]
 
 
 @pytest.mark.skipif(NVIDIA, reason="hipBLASLt and rocBLAS run on ROCm hosts only")
