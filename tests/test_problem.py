@@ -1,3 +1,5 @@
+from typing import Any
+
 import pytest
 from pydantic import ValidationError
 
@@ -55,31 +57,26 @@ def test_candidate_id_ignores_param_order_and_differs_by_params() -> None:
     assert a.id == b.id != c.id
 
 
+# An H200 as little as a spec needs: enough to name a configuration.
+H200: dict[str, Any] = dict(
+    vendor="nvidia",
+    arch="sm_90",
+    name="NVIDIA H200",
+    compute_units=132,
+    l2_bytes=60 * 2**20,
+    mem_bandwidth_gbs=4800.0,
+)
+
+
 def test_hardware_fingerprint_ignores_software_versions() -> None:
-    base = dict(
-        vendor="nvidia",
-        arch="sm_90",
-        name="NVIDIA H200",
-        compute_units=132,
-        l2_bytes=60 * 2**20,
-        mem_bandwidth_gbs=4800.0,
-    )
-    a = HardwareSpec(**base, driver_version="580")
-    b = HardwareSpec(**base, driver_version="590")
-    limited = HardwareSpec(**base, unit_limit=16)
+    a = HardwareSpec(**H200, driver_version="580")
+    b = HardwareSpec(**H200, driver_version="590")
+    limited = HardwareSpec(**H200, unit_limit=16)
     assert a.fingerprint() == b.fingerprint() != limited.fingerprint()
 
 
 def test_a_measured_limited_bandwidth_describes_a_configuration_without_renaming_it() -> None:
-    base = dict(
-        vendor="nvidia",
-        arch="sm_90",
-        name="NVIDIA H200",
-        compute_units=132,
-        l2_bytes=60 * 2**20,
-        mem_bandwidth_gbs=4800.0,
-        unit_limit=16,
-    )
+    base = {**H200, "unit_limit": 16}
     unmeasured = HardwareSpec(**base)
     first = HardwareSpec(**base, limited_bandwidth_gbs=1500.4)
     again = HardwareSpec(**base, limited_bandwidth_gbs=1489.9)
@@ -89,20 +86,10 @@ def test_a_measured_limited_bandwidth_describes_a_configuration_without_renaming
     assert unmeasured.usable_bandwidth_gbs == pytest.approx(4800.0 * 16 / 132)
     # never above the whole device's, and a device without a limit uses the whole
     assert HardwareSpec(**base, limited_bandwidth_gbs=9000.0).usable_bandwidth_gbs == 4800.0
-    whole = HardwareSpec(**{**base, "unit_limit": None})
-    assert whole.usable_bandwidth_gbs == 4800.0
+    assert HardwareSpec(**H200).usable_bandwidth_gbs == 4800.0
 
 
 @pytest.mark.parametrize("value", [0.0, -1.0, float("inf"), float("nan"), 2e6, "1500"])
 def test_a_limited_bandwidth_out_of_bounds_is_rejected(value: object) -> None:
     with pytest.raises(ValidationError, match="limited_bandwidth_gbs"):
-        HardwareSpec(
-            vendor="nvidia",
-            arch="sm_90",
-            name="NVIDIA H200",
-            compute_units=132,
-            l2_bytes=0,
-            mem_bandwidth_gbs=4800.0,
-            unit_limit=16,
-            limited_bandwidth_gbs=value,  # type: ignore[arg-type]
-        )
+        HardwareSpec(**H200, unit_limit=16, limited_bandwidth_gbs=value)
