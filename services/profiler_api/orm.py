@@ -127,7 +127,7 @@ class ProbeRunRow(Base):
     compile_ms: Mapped[float] = mapped_column(Double)
     telemetry: Mapped[Json | None]
     priors: Mapped[Json]
-    software: Mapped[Json]
+    software: Mapped[Json]  # the host's software versions and its measured spec fields
     rationale: Mapped[str | None] = mapped_column(Text)
     agent_version: Mapped[str | None] = mapped_column(String(64))
     source: Mapped[str] = mapped_column(String(64))

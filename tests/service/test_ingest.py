@@ -8,7 +8,7 @@ import psycopg
 
 from services.profiler_api.db import libpq_url
 from tests.conftest import LiveService
-from tests.factories import batch_body, cublaslt, measurement, probe_run
+from tests.factories import batch_body, cublaslt, hardware_spec, measurement, probe_run
 from tps.candidate import VENDOR_DEFAULT
 from tps.schemas import ProbeRun
 
@@ -45,6 +45,26 @@ def test_push_and_read_back(live_service: LiveService) -> None:
     with live_service.client() as client:
         stored = ProbeRun.model_validate(client.get(f"/v1/probe-runs/{runs[0].run_id}").json())
     assert stored == runs[0]
+
+
+def test_hosts_of_one_configuration_keep_their_own_measured_bandwidth(
+    live_service: LiveService,
+) -> None:
+    # two hosts' 16-SM green contexts: one configuration, two measurements of its bandwidth
+    first = probe_run(hardware=hardware_spec(unit_limit=16, limited_bandwidth_gbs=1500.4))
+    second = probe_run(hardware=hardware_spec(unit_limit=16, limited_bandwidth_gbs=1489.9))
+    result = _push(live_service, batch_body([first, second]))
+    assert {r["hardware_id"] for r in result["runs"]} == {first.hardware.fingerprint()}
+    with live_service.client() as client:
+        for run in (first, second):
+            stored = client.get(f"/v1/probe-runs/{run.run_id}").json()
+            assert ProbeRun.model_validate(stored) == run  # nothing of the push lost
+        listed = [
+            h
+            for h in client.get("/v1/hardware").json()
+            if h["fingerprint"] == first.hardware.fingerprint()
+        ]
+    assert len(listed) == 1
 
 
 def test_resending_a_run_changes_nothing_and_reports_it(live_service: LiveService) -> None:

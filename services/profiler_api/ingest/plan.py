@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from services.profiler_api.errors import Unprocessable
 from services.profiler_api.ingest.repository import MeasurementValues, RunRow
-from tps.hardware import SOFTWARE_FIELDS, HardwareSpec
+from tps.hardware import MEASURED_FIELDS, SOFTWARE_FIELDS, HardwareSpec
 from tps.problem import ProblemKey
 from tps.schemas import ProbeRun, ProbeRunBatch
 
@@ -26,6 +26,9 @@ def org_run_id(org_id: int, run_id: uuid.UUID) -> uuid.UUID:
 
 
 _SOFTWARE_FIELDS = set(SOFTWARE_FIELDS)  # model_dump_json wants a set
+# What each run keeps of its host's spec beside the hardware row (the configuration as first
+# seen): its software versions, and measurements that vary between hosts of one configuration.
+_PER_RUN_FIELDS = sorted(SOFTWARE_FIELDS | MEASURED_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,7 @@ class IngestPlan:
             if candidate_id not in self.candidates:
                 params = json.dumps(candidate.params, sort_keys=True)
                 self.candidates[candidate_id] = (candidate_id, candidate.backend, params)
-        software = json.dumps({name: getattr(hardware, name) for name in sorted(SOFTWARE_FIELDS)})
+        software = json.dumps({name: getattr(hardware, name) for name in _PER_RUN_FIELDS})
         row: RunRow = (
             run.run_id,
             self.org_id,
