@@ -52,8 +52,8 @@ class HardwareSpec(BaseModel):
     smem_per_unit_bytes: Annotated[int, Field(ge=0, le=MAX_BYTES), NotText] | None = None
     # Green contexts and CPU thread limits give distinct configurations of one device.
     unit_limit: Annotated[int, Field(gt=0, le=MAX_UNITS), NotText] | None = None
-    # Memory bandwidth is not shared out by units: on an H200, 16 of 132 SMs copy at about
-    # 40% of the whole chip's rate, not 12%. The agent measures it under the limit.
+    # Memory bandwidth is not shared out by units: on an H200, 16 of 132 SMs copy at about a
+    # third of the whole chip's rate, not an eighth. The agent measures it under the limit.
     limited_bandwidth_gbs: float | None = Field(
         default=None,
         gt=0,
@@ -67,7 +67,8 @@ class HardwareSpec(BaseModel):
     torch_version: str | None = Field(default=None, max_length=64, pattern=NO_NUL)
 
     def fingerprint(self) -> str:
-        """Return a stable hash of the hardware fields (software versions excluded)."""
+        """Return a stable hash of the hardware fields (software versions and measured
+        fields excluded)."""
         body = self.model_dump(mode="json", exclude=set(SOFTWARE_FIELDS | MEASURED_FIELDS))
         payload = json.dumps(body, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
