@@ -504,6 +504,26 @@ def test_a_layer_with_a_winner_or_a_new_shape_keeps_routing(make_runtime, cpu_ha
     untune(model)
 
 
+def test_a_layers_hit_follows_its_weight_to_new_memory(make_runtime, cpu_hardware):
+    layer, x = torch.nn.Linear(64, 48), torch.randn(3, 64)
+    problem = gemm_problem(x, layer.weight.t(), tf32=False)
+    rt = make_runtime(entries=[entry_for(problem, cpu_hardware, scaled(scale=1.0))])
+    tune(layer, RuntimeSession(runtime=rt))
+    provider = rt.providers["cpu-scaled"]
+    with torch.no_grad():
+        layer(x)  # decides the route
+        before = provider.calls
+        assert torch.allclose(layer(x), F.linear(x, layer.weight, layer.bias), atol=1e-5)
+        layer.weight.data = torch.randn(48, 64)  # new memory under the same parameter
+        assert torch.allclose(layer(x), F.linear(x, layer.weight, layer.bias), atol=1e-5)
+        layer.weight = torch.nn.Parameter(torch.randn(48, 64))  # a new parameter
+        assert torch.allclose(layer(x), F.linear(x, layer.weight, layer.bias), atol=1e-5)
+        layer.weight.mul_(3.0)  # in place: the same memory
+        assert torch.allclose(layer(x), F.linear(x, layer.weight, layer.bias), atol=1e-4)
+    assert provider.calls == before + 4  # every call ran the winner
+    untune(layer)
+
+
 def test_record_mode_never_settles(make_runtime, tmp_path):
     rt = make_runtime(
         mode=Mode.RECORD,
