@@ -34,6 +34,7 @@ from services.profiler_api.model_registry.router import router as models_router
 from services.profiler_api.openapi import build_openapi
 from services.profiler_api.ops.router import router as ops_router
 from services.profiler_api.priors.cache import ChangeListener, PriorAnswerCache
+from services.profiler_api.priors.fastpath import CachedPriorsMiddleware
 from services.profiler_api.priors.router import router as priors_router
 from services.profiler_api.priors.service import PriorService
 from services.profiler_api.priors.table import build_prior_sources
@@ -121,6 +122,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)
+    app.add_middleware(CachedPriorsMiddleware)
     app.add_middleware(
         BodyGuardMiddleware, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s
     )

@@ -11,6 +11,17 @@ from tps.hardware import HardwareSpec
 from tps.problem import ProblemKey
 from tps.schemas import Prior
 
+# The bounds of `GET /v1/priors`'s parameters: the router's and the cached path's.
+HARDWARE_ID_MAX = 64
+PROBLEM_MAX = 512
+LIMIT_MAX = 256
+DEFAULT_LIMIT = 8
+
+
+def ids_key(hardware_id: str, problem: str, limit: int) -> tuple[str, str, str, int]:
+    """Return the cache key of a question asked by ids (`GET /v1/priors`)."""
+    return ("ids", hardware_id, problem, limit)
+
 
 @dataclass(frozen=True)
 class PriorQuery:

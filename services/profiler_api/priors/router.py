@@ -21,7 +21,14 @@ from services.profiler_api.examples import (
     json_examples,
 )
 from services.profiler_api.metrics import ServiceMetrics
-from services.profiler_api.priors.query import PriorQuery
+from services.profiler_api.priors.query import (
+    DEFAULT_LIMIT,
+    HARDWARE_ID_MAX,
+    LIMIT_MAX,
+    PROBLEM_MAX,
+    PriorQuery,
+    ids_key,
+)
 from services.profiler_api.priors.service import Answer, PriorService, SessionFactory
 from tps.bounds import NO_NUL
 from tps.schemas import Prior, PriorBatch, PriorBatchRequest, PriorRequest
@@ -117,7 +124,7 @@ async def get_priors(
         str,
         Query(
             min_length=1,
-            max_length=64,
+            max_length=HARDWARE_ID_MAX,
             pattern=NO_NUL,
             description="hardware fingerprint, as POST /v1/probe-runs answers it",
             examples=[HARDWARE_ID],
@@ -127,16 +134,19 @@ async def get_priors(
         str,
         Query(
             min_length=1,
-            max_length=512,
+            max_length=PROBLEM_MAX,
             pattern=NO_NUL,
             description="problem hash (as POST /v1/probe-runs answers it) or canonical key",
             examples=[PROBLEM_HASH],
         ),
     ],
-    limit: Annotated[int, Query(ge=1, le=256)] = 8,
+    limit: Annotated[int, Query(ge=1, le=LIMIT_MAX)] = DEFAULT_LIMIT,
 ) -> Response:
-    """Rank candidates for a known hardware fingerprint and a problem hash or canonical key."""
-    key = ("ids", hardware_id, problem, limit)
+    """Rank candidates for a known hardware fingerprint and a problem hash or canonical key.
+
+    A cached answer usually leaves before this handler (`priors.fastpath`).
+    """
+    key = ids_key(hardware_id, problem, limit)
     answer = priors.cached(key)
     if answer is None:
         answer = await priors.answer_once(
