@@ -11,7 +11,10 @@ about with its problem left out, and each way picks one of the problem's own can
 - `ceiling`: the best candidate of the problem that some other shape of that hardware also
   measured (what any way of borrowing from other shapes can reach at best).
 
-Prints one JSON object: the share of workloads whose pick is within 3% of the best.
+Prints one JSON object: the share of workloads whose pick is within 3% of the best
+(`within_3pct`), and the share within 3% once an agent has probed a way's first k picks and
+kept the fastest (`within_3pct_after_k_probes`, k = 1 to 4), with the vendor default probed
+beside them as the agent always does (`..._with_default`).
 
     .venv/bin/python benchmarks/family_picks.py > benchmarks/results/family_picks.json
 """
@@ -34,6 +37,9 @@ DATA = Path(__file__).resolve().parent / "data" / "gemm_h200_probe_runs.jsonl.gz
 NEAR = 0.03
 NEAREST = (4, 8, 16)
 FOLDS = 5
+PROBES = (1, 2, 3, 4)
+# Each way's picks in order, per workload: (times by candidate, ranked candidate ids).
+Ranked = list[tuple[dict[str, float], list[str]]]
 
 
 def within(times: dict[str, float], pick: str | None) -> bool:
@@ -45,12 +51,23 @@ def within(times: dict[str, float], pick: str | None) -> bool:
     )
 
 
-def borrowed_picks(data: TuningData) -> dict[str, list[bool]]:
+def after_probes(ranked: Ranked, k: int, *, default: bool) -> float:
+    """Share of workloads whose fastest of the first k picks (and the default) is within 3%."""
+    hits = []
+    for times, order in ranked:
+        probed = order[:k] + ([VENDOR_DEFAULT.id] if default else [])
+        measured = {c: times[c] for c in probed if c in times}
+        hits.append(within(times, min(measured, key=measured.get) if measured else None))
+    return round(float(np.mean(hits)), 3)
+
+
+def borrowed_picks(data: TuningData, ranked: dict[str, Ranked]) -> dict[str, list[bool]]:
     """The picks made from other shapes' measurements on the same hardware."""
     frame = add_relative_time(data.frame.copy())
     shape = {h: np.log2([p.dims["m"], p.dims["n"], p.dims["k"]]) for h, p in data.problems.items()}
     out: dict[str, list[bool]] = {"vendor_default": [], "ceiling": []}
     out |= {f"nearest_shapes_{k}": [] for k in NEAREST}
+    ranked |= {f"nearest_shapes_{k}": [] for k in NEAREST}
     for _, rows in frame.groupby("hw_key"):
         rel = rows.pivot_table(index="problem_hash", columns="candidate_id", values="log_rel")
         ran = rows.groupby("problem_hash")["candidate_id"].apply(set)
@@ -76,14 +93,16 @@ def borrowed_picks(data: TuningData) -> dict[str, list[bool]]:
                 out[f"nearest_shapes_{k}"].append(
                     within(times, min(means, key=means.get) if means else None)
                 )
+                ranked[f"nearest_shapes_{k}"].append((times, sorted(means, key=means.get)))
     return out
 
 
-def model_picks(data: TuningData) -> dict[str, list[bool]]:
+def model_picks(data: TuningData, ranked: dict[str, Ranked]) -> dict[str, list[bool]]:
     """The picks of the model trained without the problem (FOLDS folds of the problems)."""
     problems = sorted(data.problems)
     np.random.default_rng(0).shuffle(problems)
     out: dict[str, list[bool]] = {"model_ranker": [], "model_score": [], "model_predicted_us": []}
+    ranked |= {name: [] for name in out}
     for fold in np.array_split(problems, FOLDS):
         test = data.frame["problem_hash"].isin(set(fold))
         model = LatencyModel(op="gemm", n_jobs=1).fit(data.subset(~test))
@@ -103,13 +122,27 @@ def model_picks(data: TuningData) -> dict[str, list[bool]]:
             out["model_predicted_us"].append(
                 within(times, ids[np.argmin(frame["predicted_us"].to_numpy())])
             )
+            for name, order in (
+                ("model_ranker", np.argsort(-frame["ranker_score"].to_numpy(), kind="stable")),
+                ("model_score", np.argsort(-frame["score"].to_numpy(), kind="stable")),
+                ("model_predicted_us", np.argsort(frame["predicted_us"].to_numpy(), kind="stable")),
+            ):
+                ranked[name].append((times, [str(c) for c in ids[order]]))
     return out
 
 
 def main() -> None:
     started = time.perf_counter()
     data = TuningData.from_runs(load_runs([DATA])).for_op("gemm")
-    picks = borrowed_picks(data) | model_picks(data)
+    ranked: dict[str, Ranked] = {}
+    picks = borrowed_picks(data, ranked) | model_picks(data, ranked)
+    probes = {
+        f"{name}{'_with_default' if default else ''}": {
+            str(k): after_probes(rows, k, default=default) for k in PROBES
+        }
+        for name, rows in ranked.items()
+        for default in (False, True)
+    }
     print(
         json.dumps(
             {
@@ -117,6 +150,7 @@ def main() -> None:
                 "date": datetime.now(UTC).isoformat(timespec="seconds"),
                 "workloads": {name: len(v) for name, v in picks.items()},
                 "within_3pct": {name: round(float(np.mean(v)), 3) for name, v in picks.items()},
+                "within_3pct_after_k_probes": probes,
                 "wall_s": round(time.perf_counter() - started, 1),
             },
             indent=1,
