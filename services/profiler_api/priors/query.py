@@ -23,11 +23,6 @@ def ids_key(hardware_id: str, problem: str, limit: int) -> tuple[str, str, str, 
     return ("ids", hardware_id, problem, limit)
 
 
-def spec_key(query: PriorQuery) -> tuple[str, str, str, int]:
-    """Return the cache key of a question asked with a full spec (`POST /v1/priors`)."""
-    return ("spec", query.hardware_fingerprint, query.problem_hash, query.limit)
-
-
 @dataclass(frozen=True)
 class PriorQuery:
     """What a caller asks for: a problem on a piece of hardware, and how many candidates."""

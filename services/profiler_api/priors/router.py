@@ -28,7 +28,6 @@ from services.profiler_api.priors.query import (
     PROBLEM_MAX,
     PriorQuery,
     ids_key,
-    spec_key,
 )
 from services.profiler_api.priors.service import Answer, PriorService, SessionFactory
 from tps.bounds import NO_NUL
@@ -70,12 +69,9 @@ async def post_priors(
     sessions: ReadSessionsDep,
     metrics: MetricsDep,
 ) -> Response:
-    """Rank candidates for a problem on hardware given by its full spec (new hardware too).
-
-    A cached answer usually leaves before this handler (`priors.fastpath`).
-    """
+    """Rank candidates for a problem on hardware given by its full spec (new hardware too)."""
     query = PriorQuery.of(body.hardware, body.problem, limit=body.limit)
-    key = spec_key(query)
+    key = ("spec", query.hardware_fingerprint, query.problem_hash, query.limit)
     answer = priors.cached(key)
     if answer is None:
         answer = await priors.answer_once(

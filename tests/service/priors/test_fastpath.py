@@ -1,8 +1,7 @@
-"""Cached `/v1/priors` answers leave before the router, with the router's checks and body."""
+"""Cached `GET /v1/priors` answers leave before the router, with the router's checks and body."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -23,11 +22,11 @@ class Served:
     """What the cached path answered, request by request (None: passed to the router)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.bodies: list[bytes | None] = []  # one per request whose question was valid
+        self.bodies: list[bytes | None] = []
         answer = CachedPriorsMiddleware._answer
 
-        def spy(middleware: CachedPriorsMiddleware, scope: Any, key: Any) -> bytes | None:
-            body = answer(middleware, scope, key)
+        def spy(middleware: CachedPriorsMiddleware, scope: Any) -> bytes | None:
+            body = answer(middleware, scope)
             self.bodies.append(body)
             return body
 
@@ -145,68 +144,3 @@ def test_the_cached_path_keeps_the_tokens_rate_limit(
     refused = client.get("/v1/priors", params=params, headers=_bearer(tokens["agent"]))
     assert refused.status_code == 429 and served.last() is None
     assert int(refused.headers["retry-after"]) >= 1
-
-
-def _question(run: Any, **update: Any) -> dict[str, Any]:
-    return {
-        "hardware": run.hardware.model_dump(mode="json"),
-        "problem": run.problem.model_dump(mode="json"),
-    } | update
-
-
-def test_a_posted_question_cached_leaves_before_the_router(
-    app_client: tuple[TestClient, dict[str, str]], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    client, tokens = app_client
-    run = probe_run()
-    client.post("/v1/probe-runs", content=batch_body([run]), headers=_bearer(tokens["agent"]))
-    served = Served(monkeypatch)
-    first = client.post("/v1/priors", json=_question(run), headers=_bearer(tokens["agent"]))
-    assert first.status_code == 200 and served.last() is None  # the router answered, and cached
-    # the same question in other bytes: keys in another order, the default limit spelt out
-    body = json.dumps(dict(reversed(list(_question(run, limit=8).items()))))
-    headers = _bearer(tokens["agent"]) | {"content-type": "application/json; charset=utf-8"}
-    second = client.post("/v1/priors", content=body, headers=headers)
-    assert second.status_code == 200 and served.last() == first.content == second.content
-    assert int(second.headers["content-length"]) == len(first.content)
-    metrics = client.get("/metrics").text
-    assert 'tps_priors_served_total{source="observed"} 2.0' in metrics
-    assert 'method="POST",route="/v1/priors"' in metrics and "unmatched" not in metrics
-
-
-def test_a_posted_body_the_cached_path_cannot_answer_reaches_the_router_whole(
-    app_client: tuple[TestClient, dict[str, str]], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    client, tokens = app_client
-    run = probe_run()
-    client.post("/v1/probe-runs", content=batch_body([run]), headers=_bearer(tokens["agent"]))
-    agent = _bearer(tokens["agent"])
-    assert client.post("/v1/priors", json=_question(run), headers=agent).status_code == 200
-    served = Served(monkeypatch)
-    question = json.dumps(_question(run))
-    spec = run.hardware.model_dump(mode="json")
-    cases = [
-        (question, {}, 401),  # no token
-        (question, {"content-type": "text/plain"} | agent, 415),
-        ("{", agent, 422),  # not JSON
-        (json.dumps(_question(run, limit=0)), agent, 422),
-        (json.dumps(_question(run, limit=True)), agent, 422),  # a bool is not a limit
-        (json.dumps(_question(run, hardware=spec | {"mem_bandwidth_gbs": "NaN"})), agent, 422),
-        (question[:-1] + ', "extra": 1}', agent, 422),  # a field the question does not have
-    ]
-    for body, headers, status in cases:
-        response = client.post(
-            "/v1/priors", content=body, headers={"content-type": "application/json"} | headers
-        )
-        assert response.status_code in (status, 422 if status == 415 else status), (body, response)
-        assert served.bodies == [] or served.last() is None, body
-        assert response.json()["detail"], body
-    # a body larger than the cached path reads, and a question not cached, reach the router
-    padded = question[:-1] + ", " + '"pad": "' + "x" * 70_000 + '"}'
-    big = client.post(
-        "/v1/priors", content=padded, headers={"content-type": "application/json"} | agent
-    )
-    assert big.status_code == 422 and "pad" in big.text
-    other = client.post("/v1/priors", json=_question(run, limit=3), headers=agent)
-    assert other.status_code == 200 and served.last() is None
-    assert len(other.json()["candidates"]) <= 3
