@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import json
 import os
 import platform
@@ -162,17 +163,33 @@ def _model_calls(split: Any, config: PriorsBenchConfig, *, first_job: int = 0) -
 
 
 class IngestPacer:
-    """Push generated probe runs at a fixed number of measurements per second, in a thread."""
+    """Push generated probe runs at a fixed number of measurements per second.
+
+    A fleet's agents push on their own schedules, not one after another's answer: each batch
+    leaves at its due time on one of `senders` threads, so a slow answer delays only its own
+    sender, and the rate offered is the rate asked unless every sender is waiting.
+    """
 
     def __init__(
-        self, base_url: str, token: str, *, per_s: int, duration_s: float, batch_runs: int = 50
+        self,
+        base_url: str,
+        token: str,
+        *,
+        per_s: int,
+        duration_s: float,
+        batch_runs: int = 50,
+        senders: int = 8,
     ) -> None:
         self.base_url, self.token = base_url, token
         self.per_s, self.duration_s, self.batch_runs = per_s, duration_s, batch_runs
+        self.senders = senders
         self.sent_measurements = 0  # stored: answered 200
         self.elapsed_s = 0.0
         self.errors: list[str] = []
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._next = 0
+        self._started = 0.0
         runs_needed = int(per_s * duration_s / 36) + batch_runs
         runs = list(FleetSimulator(seed=7).runs(runs_needed))
         self._bodies = [
@@ -182,36 +199,51 @@ class IngestPacer:
             )
             for i in range(0, len(runs), batch_runs)
         ]
+        # When each batch is due: the measurements offered before it at the asked rate.
+        offered = [0, *itertools.accumulate(m for _, m in self._bodies)]
+        self._due_s = [o / per_s for o in offered[:-1]]
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        self._started = time.perf_counter()
+        self._threads = [
+            threading.Thread(target=self._send, daemon=True) for _ in range(self.senders)
+        ]
+        for thread in self._threads:
+            thread.start()
 
     def join(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
+        for thread in self._threads:
+            thread.join()
+        self.elapsed_s = time.perf_counter() - self._started
 
     def achieved_per_s(self) -> float:
         return self.sent_measurements / self.elapsed_s if self.elapsed_s else 0.0
 
-    def _run(self) -> None:
-        started = time.perf_counter()
-        offered = 0  # measurements sent so far, answered or not: the schedule
+    def _take(self) -> tuple[bytes, int, float] | None:
+        """Return the next batch and when it is due, or None once the window is over."""
+        with self._lock:
+            if self._next >= len(self._bodies) or self._due_s[self._next] >= self.duration_s:
+                return None
+            body, measurements = self._bodies[self._next]
+            due = self._started + self._due_s[self._next]
+            self._next += 1
+        return body, measurements, due
+
+    def _send(self) -> None:
         with ServiceClient.connect(self.base_url, token=self.token, timeout_s=60.0) as tps:
-            for body, measurements in self._bodies:
-                due = started + offered / self.per_s
-                # Pushes that stall past the window end it too, not only the schedule.
-                if max(due, time.perf_counter()) - started >= self.duration_s:
-                    break
+            while (batch := self._take()) is not None:
+                body, measurements, due = batch
+                if time.perf_counter() - self._started >= self.duration_s:
+                    return  # pushes that stall past the window end it too
                 time.sleep(max(0.0, due - time.perf_counter()))
-                offered += measurements
                 try:
                     tps.push_body(body)
                 except ClientError as exc:  # counted, and the pace goes on
-                    self.errors.append(str(exc))
+                    with self._lock:
+                        self.errors.append(str(exc))
                     continue
-                self.sent_measurements += measurements
-        self.elapsed_s = time.perf_counter() - started
+                with self._lock:
+                    self.sent_measurements += measurements
 
 
 def _count_measurements(url: str) -> int:
