@@ -16,6 +16,7 @@ from services.profiler_api.db import make_engine
 from services.profiler_api.priors.fastpath import CachedPriorsMiddleware
 from services.profiler_api.settings import Settings
 from tests.factories import batch_body, probe_run
+from tps.schemas import ProbeRun
 
 
 class Served:
@@ -67,15 +68,19 @@ def _bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
+def _pushed_run(client: TestClient, token: str) -> ProbeRun:
+    """Push one probe run of a new problem; return it."""
+    run = probe_run()
+    pushed = client.post("/v1/probe-runs", content=batch_body([run]), headers=_bearer(token))
+    assert pushed.status_code == 200, pushed.text
+    return run
+
+
 def test_a_cached_answer_leaves_before_the_router_with_the_same_body(
     app_client: tuple[TestClient, dict[str, str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client, tokens = app_client
-    run = probe_run()
-    pushed = client.post(
-        "/v1/probe-runs", content=batch_body([run]), headers=_bearer(tokens["agent"])
-    )
-    assert pushed.status_code == 200
+    run = _pushed_run(client, tokens["agent"])
     served = Served(monkeypatch)
     params = {"hardware_id": run.hardware.fingerprint(), "problem": run.problem.key_hash()}
     first = client.get("/v1/priors", params=params, headers=_bearer(tokens["agent"]))
@@ -94,8 +99,7 @@ def test_what_the_cached_path_cannot_answer_goes_to_the_router(
     app_client: tuple[TestClient, dict[str, str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client, tokens = app_client
-    run = probe_run()
-    client.post("/v1/probe-runs", content=batch_body([run]), headers=_bearer(tokens["agent"]))
+    run = _pushed_run(client, tokens["agent"])
     hw, problem = run.hardware.fingerprint(), run.problem.key_hash()
     good = f"hardware_id={hw}&problem={problem}"
     assert client.get(f"/v1/priors?{good}", headers=_bearer(tokens["agent"])).status_code == 200
@@ -130,8 +134,7 @@ def test_the_cached_path_keeps_the_tokens_rate_limit(
     app_client: tuple[TestClient, dict[str, str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client, tokens = app_client
-    run = probe_run()
-    client.post("/v1/probe-runs", content=batch_body([run]), headers=_bearer(tokens["admin"]))
+    run = _pushed_run(client, tokens["admin"])
     params = {"hardware_id": run.hardware.fingerprint(), "problem": run.problem.key_hash()}
     served = Served(monkeypatch)
     statuses = [
