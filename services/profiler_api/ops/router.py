@@ -11,8 +11,10 @@ from services.profiler_api.errors import ServiceUnavailable
 router = APIRouter(tags=["ops"])
 
 
+# Answered on the event loop: liveness is the process serving requests, not a worker thread
+# being free (a sync handler would wait for one, and a busy pool would look like a dead process).
 @router.get("/healthz")
-def healthz() -> dict[str, str]:
+async def healthz() -> dict[str, str]:
     """Report that the process serves requests."""
     return {"status": "ok"}
 
