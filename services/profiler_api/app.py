@@ -114,7 +114,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.active_model = active
     sources = build_prior_sources(settings.prior_sources, active=active)
     cache = PriorAnswerCache(size=settings.priors_cache_size, ttl_s=settings.priors_cache_ttl_s())
-    app.state.prior_service = PriorService(sources, cache=cache)
+    app.state.prior_service = PriorService(
+        sources,
+        cache=cache,
+        on_answer=lambda source, s: metrics.priors_answer.labels(source).observe(s),
+    )
     app.state.token_cache = TokenCache(ttl_s=settings.token_cache_ttl_s)
     app.state.rate_limiter = RateLimiter(
         rate_per_s=settings.rate_limit_per_s, burst=settings.rate_limit_burst

@@ -91,6 +91,13 @@ class ServiceMetrics:
             ["source"],
             registry=self.registry,
         )
+        self.priors_answer = Histogram(
+            "tps_priors_answer_seconds",
+            "Time to answer a priors question that was not cached, by the source that answered",
+            ["source"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
 
     def render(self, state: CollectorRegistry | None = None) -> bytes:
         """Return the text exposition of every metric, summed over the worker processes.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
@@ -41,10 +42,18 @@ class PriorService:
     """Ask each source in turn; the first non-empty answer wins. Answers are cached."""
 
     def __init__(
-        self, sources: Sequence[PriorBackend], *, cache: PriorAnswerCache | None = None
+        self,
+        sources: Sequence[PriorBackend],
+        *,
+        cache: PriorAnswerCache | None = None,
+        on_answer: Callable[[str, float], None] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.sources = list(sources)
         self.cache = cache if cache is not None else PriorAnswerCache(size=0, ttl_s=0.0)
+        # Told each computed answer's source and seconds (the metrics' histogram).
+        self.on_answer = on_answer
+        self.clock = clock
         # Questions being answered now, by event loop and question: the hosts of a job ask
         # about a new GPU all at once, and one worker thread and one database session
         # answer each question while the others wait on the event loop, holding neither.
@@ -82,9 +91,12 @@ class PriorService:
     ) -> Answer:
         """Answer the question `key` with `ask` on a session of its own, and cache the answer."""
         since = self.cache.generation
+        started = self.clock()
         with sessions() as session:
             prior = ask(session)
         answer = Answer.of(prior)
+        if self.on_answer is not None:
+            self.on_answer(answer.source, self.clock() - started)
         pair = (prior.hardware_fingerprint, prior.problem_hash) if prior.problem_hash else None
         self.cache.put(key, pair, (answer.body, answer.source), since=since)
         return answer

@@ -92,6 +92,7 @@ def test_a_cached_answer_leaves_before_the_router_with_the_same_body(
     assert int(second.headers["content-length"]) == len(first.content)
     metrics = client.get("/metrics").text
     assert 'tps_priors_served_total{source="observed"} 2.0' in metrics
+    assert 'tps_priors_answer_seconds_count{source="observed"} 1.0' in metrics  # computed once
     assert 'route="/v1/priors"' in metrics and "unmatched" not in metrics
 
 
