@@ -32,8 +32,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+import httpx
 import platformdirs
 import psycopg
+from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from sqlalchemy.orm import Session
 
@@ -252,6 +254,43 @@ def _count_measurements(url: str) -> int:
     return int(row[0]) if row else 0
 
 
+def _answer_buckets(base_url: str) -> dict[str, dict[float, float]]:
+    """Return the service's computed answers so far: by source, the count at or under each
+    bucket bound in seconds (`tps_priors_answer_seconds`, summed over its workers)."""
+    text = httpx.get(f"{base_url}/metrics", timeout=30.0).text
+    buckets: dict[str, dict[float, float]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != "tps_priors_answer_seconds":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_bucket"):
+                source = sample.labels["source"]
+                bound = float(sample.labels["le"])
+                buckets.setdefault(source, {})[bound] = sample.value
+    return buckets
+
+
+def _computed_between(
+    before: dict[str, dict[float, float]], after: dict[str, dict[float, float]]
+) -> dict[str, dict[str, Any]]:
+    """Per source, the answers computed between two snapshots and the share within each
+    bound (ms): how long the computing request took, beside what the waiting ones saw."""
+    out: dict[str, dict[str, Any]] = {}
+    for source, counts in after.items():
+        done = {b: n - before.get(source, {}).get(b, 0.0) for b, n in counts.items()}
+        total = done.get(float("inf"), 0.0)
+        if total:
+            out[source] = {
+                "count": int(total),
+                "share_within_ms": {
+                    f"{1000 * b:g}": round(n / total, 3)
+                    for b, n in sorted(done.items())
+                    if b != float("inf")
+                },
+            }
+    return out
+
+
 def _open_loops(
     base_url: str, headers: dict[str, str], config: PriorsBenchConfig, calls: dict[str, list[Call]]
 ) -> dict[str, LoadResult]:
@@ -376,7 +415,9 @@ def run_priors_bench(
                 )
                 hey = {"priors": hey_priors.summary(), "healthz": hey_health.summary()}
             say(f"open loop at {config.rate:.0f}/s: observed, then model")
+            answers_before = _answer_buckets(service.base_url)
             quiet = _open_loops(service.base_url, headers, config, calls)
+            computed = _computed_between(answers_before, _answer_buckets(service.base_url))
             ingest: dict[str, Any] = {}
             if config.ingest_rate:
                 say(f"open loops again beside {config.ingest_rate:,} measurements/s of ingest")
@@ -428,6 +469,8 @@ def run_priors_bench(
         "measurements": measurements,
         # GET /v1/stats, one client, 20 calls after one untimed: constant in the data size?
         "stats_p50_ms": round(1000 * sorted(stats_s[1:])[len(stats_s[1:]) // 2], 2),
+        # the quiet open loops' answers computed, not cached, by source
+        "computed_answers": computed,
         **ingest,
         "closed_loop": {"priors": closed_priors.summary(), "healthz": closed_health.summary()},
         "closed_loop_hey": hey or None,
