@@ -8,6 +8,7 @@ import os
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
@@ -28,7 +29,12 @@ from services.profiler_api.fleet.retention import PartitionMaintainer
 from services.profiler_api.fleet.router import router as fleet_router
 from services.profiler_api.guard import BodyGuardMiddleware
 from services.profiler_api.ingest.router import router as ingest_router
-from services.profiler_api.metrics import RequestMetricsMiddleware, ServiceMetrics, state_registry
+from services.profiler_api.metrics import (
+    MULTIPROC_ENV,
+    RequestMetricsMiddleware,
+    ServiceMetrics,
+    state_registry,
+)
 from services.profiler_api.model_registry.cache import ActiveModelCache
 from services.profiler_api.model_registry.router import router as models_router
 from services.profiler_api.openapi import build_openapi
@@ -37,6 +43,7 @@ from services.profiler_api.priors.cache import ChangeListener, PriorAnswerCache
 from services.profiler_api.priors.fastpath import CachedPriorsMiddleware
 from services.profiler_api.priors.router import router as priors_router
 from services.profiler_api.priors.service import PriorService
+from services.profiler_api.priors.shared import SharedAnswers
 from services.profiler_api.priors.table import build_prior_sources
 from services.profiler_api.settings import Settings
 from services.profiler_api.training.router import router as admin_router
@@ -98,6 +105,21 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         read_engine.dispose()
 
 
+def _shared_answers(settings: Settings) -> SharedAnswers | None:
+    """Return the folder where this replica's workers share model answers, if they do."""
+    folder = settings.answers_dir
+    if folder is None and MULTIPROC_ENV in os.environ:  # several workers, one shared folder
+        folder = os.path.join(os.environ[MULTIPROC_ENV], "answers")
+    if folder is None:
+        return None
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        log.warning("model answers not shared between workers: %s", exc)
+        return None
+    return SharedAnswers(Path(folder))
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build one service replica; the database is opened when the app starts."""
     settings = settings or Settings()
@@ -112,7 +134,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = metrics
     active = ActiveModelCache(check_interval_s=settings.model_check_interval_s)
     app.state.active_model = active
-    sources = build_prior_sources(settings.prior_sources, active=active)
+    sources = build_prior_sources(
+        settings.prior_sources, active=active, shared=_shared_answers(settings)
+    )
     cache = PriorAnswerCache(size=settings.priors_cache_size, ttl_s=settings.priors_cache_ttl_s())
     app.state.prior_service = PriorService(
         sources,

@@ -52,6 +52,14 @@ class Settings(BaseSettings):
         ),
     )
     priors_cache_size: int = Field(default=100_000, ge=0, description="answers kept per replica")
+    # The worker processes of one replica compute a model answer once among them when they
+    # share a folder; unset, the folder their metrics share when they are several.
+    answers_dir: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="a folder where this replica's worker processes share model answers",
+    )
     measurement_retention_days: int | None = Field(
         default=None,
         gt=0,

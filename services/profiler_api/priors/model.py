@@ -21,6 +21,7 @@ from models import priors as model_priors
 from models.families import shape_vector
 from services.profiler_api.model_registry.cache import ActiveModelCache, LoadedModel
 from services.profiler_api.priors.query import PriorQuery
+from services.profiler_api.priors.shared import SharedAnswers
 from tps.candidate import Candidate
 from tps.schemas import Prior, PriorCandidate, PriorSource
 
@@ -39,8 +40,10 @@ class AnswerMemo:
     answer and the others wait for it, instead of each running the model.
     """
 
-    def __init__(self, size: int = MEMO_SIZE) -> None:
+    def __init__(self, size: int = MEMO_SIZE, *, shared: SharedAnswers | None = None) -> None:
         self.size = size
+        # The replica's other worker processes' answers, when they share a folder.
+        self.shared = shared
         self._lock = threading.Lock()
         self._items: OrderedDict[Hashable, Prior] = OrderedDict()
         self._pending: dict[Hashable, Future[Prior]] = {}
@@ -57,7 +60,7 @@ class AnswerMemo:
         if pending is not None:
             return pending.result()
         try:
-            prior = compute()
+            prior = self.shared.get(key, compute) if self.shared is not None else compute()
         except BaseException as exc:
             with self._lock:
                 del self._pending[key]
@@ -103,9 +106,9 @@ class _ActiveModelBackend:
 
     name = "model"
 
-    def __init__(self, active: ActiveModelCache) -> None:
+    def __init__(self, active: ActiveModelCache, shared: SharedAnswers | None = None) -> None:
         self.active = active
-        self.memo = AnswerMemo()
+        self.memo = AnswerMemo(shared=shared)
 
     def _loaded(self, session: Session, query: PriorQuery) -> LoadedModel | Prior:
         loaded = self.active.get(session)

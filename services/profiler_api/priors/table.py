@@ -12,20 +12,27 @@ from services.profiler_api.model_registry.cache import ActiveModelCache
 from services.profiler_api.priors.model import FamilyPriors, ModelPriors
 from services.profiler_api.priors.observed import ObservedPriors
 from services.profiler_api.priors.query import PriorBackend
+from services.profiler_api.priors.shared import SharedAnswers
 
-PriorBackendFactory = Callable[[ActiveModelCache], PriorBackend]
+PriorBackendFactory = Callable[[ActiveModelCache, SharedAnswers | None], PriorBackend]
 
 PRIOR_SOURCES: tuple[tuple[str, PriorBackendFactory], ...] = (
-    ("observed", lambda _active: ObservedPriors()),
+    ("observed", lambda _active, _shared: ObservedPriors()),
     ("model", ModelPriors),
     ("family", FamilyPriors),
 )
 
 
-def build_prior_sources(names: Sequence[str], *, active: ActiveModelCache) -> list[PriorBackend]:
-    """Return the backends of the sources `names`, in that order of preference."""
+def build_prior_sources(
+    names: Sequence[str], *, active: ActiveModelCache, shared: SharedAnswers | None = None
+) -> list[PriorBackend]:
+    """Return the backends of the sources `names`, in that order of preference.
+
+    The model's sources keep their answers in `shared` too, when the replica's workers share
+    a folder.
+    """
     factories = dict(PRIOR_SOURCES)
     unknown = [name for name in names if name not in factories]
     if unknown:
         raise ValueError(f"unknown prior sources {unknown}; known: {sorted(factories)}")
-    return [factories[name](active) for name in names]
+    return [factories[name](active, shared) for name in names]
