@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qsl
 
+from fastapi.security.utils import get_authorization_scheme_param
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from services.profiler_api.auth.service import Principal, Role, check_token
@@ -28,7 +29,6 @@ from services.profiler_api.priors.query import (
 from tps.errors import TPSError
 
 PATH = "/v1/priors"
-_BEARER = b"bearer "
 _NAMES = frozenset({"hardware_id", "problem", "limit"})
 _HEADERS = [(b"content-type", b"application/json")]
 
@@ -57,12 +57,11 @@ def _question(query_string: bytes) -> tuple[str, str, int] | None:
 
 
 def _token(scope: Scope) -> str | None:
+    """Return the bearer token as FastAPI's HTTPBearer reads it (first header), or None."""
     for name, value in scope["headers"]:
         if name == b"authorization":
-            if value[:7].lower() != _BEARER:
-                return None
-            token = value[7:].decode("latin-1").strip()
-            return token or None
+            scheme, token = get_authorization_scheme_param(value.decode("latin-1"))
+            return token if scheme.lower() == "bearer" and token else None
     return None
 
 
