@@ -304,6 +304,18 @@ class LatencyModel:
         leave-one-GPU-out data neither alone was as steady as the two together.
         Without `candidates`, every candidate seen in training is scored.
         """
+        return self.predict_parts(hardware, problem, candidates, anchored=anchored)[0]
+
+    def predict_parts(
+        self,
+        hardware: HardwareSpec,
+        problem: ProblemKey,
+        candidates: list[Candidate] | None = None,
+        *,
+        anchored: bool = True,
+    ) -> tuple[pd.DataFrame, np.ndarray]:
+        """Return `predict_frame`'s frame and the feature matrix behind it, a row per
+        candidate (what `anchored_us` takes as `features` for some of them)."""
         self._check_fitted()
         if problem.op != self.op:
             raise ModelError(f"this model ranks op {self.op!r}, not {problem.op!r}")
@@ -313,16 +325,17 @@ class LatencyModel:
         ids = [c.id for c in candidates]
         keys = {"hw_key": hw_key, "problem_hash": problem.key_hash(), "candidate_id": ids}
         if not candidates:
-            return pd.DataFrame(keys).assign(
+            empty = pd.DataFrame(keys).assign(
                 score=[], predicted_us=[], regressor_us=[], ranker_score=[]
             )
+            return empty, np.empty((0, len(self.feature_names_)))
         X, references = self._prediction_features(hardware, problem, candidates, ids)
         ranker_score = np.asarray(self.ranker_.predict(X, num_threads=PREDICT_THREADS))
         log_us = np.asarray(self.regressor_.predict(X, num_threads=PREDICT_THREADS))
         predicted_log_us = log_us
         if anchored and self.latency_ is not None:
             predicted_log_us = self._anchored_log_us(hardware, problem, X, ids)
-        return pd.DataFrame(
+        frame = pd.DataFrame(
             {
                 **keys,
                 **references,
@@ -332,16 +345,29 @@ class LatencyModel:
                 "score": _percentile(ranker_score) + _percentile(-log_us),
             }
         )
+        return frame, X
 
     def anchored_us(
-        self, hardware: HardwareSpec, problem: ProblemKey, candidates: list[Candidate]
+        self,
+        hardware: HardwareSpec,
+        problem: ProblemKey,
+        candidates: list[Candidate],
+        *,
+        features: np.ndarray | None = None,
     ) -> np.ndarray | None:
-        """Return the anchored booster's latency (µs) of `candidates`, or None without one."""
+        """Return the anchored booster's latency (µs) of `candidates`, or None without one.
+
+        `features`: their rows of `predict_parts`' matrix for the same hardware and problem,
+        when the caller has them (a served answer: a tenth of its time went to building them
+        again).
+        """
         self._check_fitted()
         if self.latency_ is None or not candidates:
             return None
         ids = [c.id for c in candidates]
-        X, _ = self._prediction_features(hardware, problem, candidates, ids)
+        X = features
+        if X is None:
+            X, _ = self._prediction_features(hardware, problem, candidates, ids)
         anchored: np.ndarray = np.exp(self._anchored_log_us(hardware, problem, X, ids))
         return anchored
 

@@ -85,7 +85,7 @@ def rank(
         return []
     choice = bundle.policy_for(problem.op)
     # The anchored latency is asked for the returned candidates alone, once they are ordered.
-    frame = model.predict_frame(hardware, problem, candidates, anchored=False)
+    frame, features = model.predict_parts(hardware, problem, candidates, anchored=False)
     observed = _observed_order(bundle, hardware, problem, frame["candidate_id"].tolist())
     n = len(candidates)
     if observed is not None:
@@ -117,7 +117,10 @@ def rank(
             confidence = confidence * 0.5
     predicted = frame["predicted_us"].to_numpy()
     if (choice.latency if choice is not None else "anchored") == "anchored":
-        anchored = model.anchored_us(hardware, problem, [candidates[int(i)] for i in order])
+        rows = np.asarray(order, dtype=int)
+        anchored = model.anchored_us(
+            hardware, problem, [candidates[i] for i in rows], features=features[rows]
+        )
         if anchored is not None:
             predicted = predicted.copy()
             predicted[np.asarray(order, dtype=int)] = anchored
