@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 from sqlalchemy.orm import Session
 
 from models.bundle import checksum, train_bundle
 from services.profiler_api.model_registry import repository
-from services.profiler_api.model_registry.cache import ActiveModelCache
+from services.profiler_api.model_registry.cache import ActiveModelCache, settle_heap
 from tests.factories import tuning_runs
 
 
@@ -68,3 +71,52 @@ def test_active_model_cache_keeps_serving_when_an_artifact_is_corrupt(
     )
     repository.activate(db_session, version)
     assert ActiveModelCache(check_interval_s=0.0).get(db_session) is None
+
+
+class _Cycle:
+    """An object that only the cycle collector can free."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_a_loaded_model_leaves_the_collectors_working_set(db_session: Session) -> None:
+    artifact = train_bundle(
+        tuning_runs(["RTX A4000", "W6600"], variant="cache_gc"),
+        model_params={"n_estimators": 3, "n_jobs": 1},
+        select_policy=False,
+    ).to_bytes()
+    version = repository.add_version(
+        db_session,
+        ops=["convolution"],
+        data_counts={},
+        params={},
+        metrics={},
+        artifact=artifact,
+        sha256=checksum(artifact),
+        job_id=None,
+    )
+    repository.activate(db_session, version)
+    try:
+        loaded = ActiveModelCache(check_interval_s=0.0).get(db_session)
+        assert loaded is not None
+        # frozen: a full collection no longer walks the model's objects
+        walked = {id(o) for o in gc.get_objects()}
+        assert id(loaded.bundle) not in walked and id(loaded.bundle.models) not in walked
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+
+
+def test_settling_the_heap_collects_what_an_earlier_settle_froze() -> None:
+    cycle = _Cycle()
+    gone = weakref.ref(cycle)
+    gc.freeze()  # an earlier model's load froze it
+    try:
+        del cycle
+        gc.collect()
+        assert gone() is not None  # frozen garbage is not collected
+        settle_heap()  # a switch to another model
+        assert gone() is None
+    finally:
+        gc.unfreeze()
