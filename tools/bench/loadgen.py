@@ -13,16 +13,47 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import gc
 import io
 import shutil
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import aiohttp
 import numpy as np
+
+
+@contextmanager
+def steady_heap() -> Iterator[list[float]]:
+    """Keep the load generator's own collector out of what a loop measures; yield the pauses.
+
+    The process that sends the load also holds the benchmark's data (hundreds of thousands of
+    objects): a full collection walking them stalled every client for 100-300 ms, which an
+    open loop counts as the server's latency. Collected once before the loop and frozen, they
+    are not walked again until it ends. The list yielded gets each collection's pause
+    (seconds) while the loop runs, so a result shows what the client itself stalled.
+    """
+    gc.collect()
+    gc.freeze()
+    pauses: list[float] = []
+    started = [0.0]
+
+    def timed(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            pauses.append(time.perf_counter() - started[0])
+
+    gc.callbacks.append(timed)
+    try:
+        yield pauses
+    finally:
+        gc.callbacks.remove(timed)
+        gc.unfreeze()
 
 
 class Call(NamedTuple):
@@ -51,6 +82,8 @@ class LoadResult:
     latencies_s: list[float] = field(default_factory=list)
     errors: int = 0
     first_error: str | None = None
+    # The load generator's own collections during the loop (seconds each).
+    client_gc_pauses_s: list[float] = field(default_factory=list)
 
     @property
     def requests(self) -> int:
@@ -73,6 +106,7 @@ class LoadResult:
             "max_ms": self.percentile_ms(100),
             "errors": self.errors,
             "first_error": self.first_error,
+            "client_gc_max_ms": round(max(self.client_gc_pauses_s, default=0.0) * 1000.0, 2),
         }
 
     def record(self, latency_s: float, status: int, detail: str) -> None:
@@ -130,7 +164,10 @@ def closed_loop(
     duration_s: float = 10.0,
 ) -> LoadResult:
     """Run `clients` concurrent Python clients cycling through `calls` for `duration_s`."""
-    return asyncio.run(_closed_loop(base_url, headers or {}, calls, clients, duration_s))
+    with steady_heap() as pauses:
+        result = asyncio.run(_closed_loop(base_url, headers or {}, calls, clients, duration_s))
+    result.client_gc_pauses_s = pauses
+    return result
 
 
 def hey_available() -> bool:
@@ -187,4 +224,7 @@ def open_loop(
     duration_s: float = 10.0,
 ) -> LoadResult:
     """Send `calls` (in turn) at `rate` per second for `duration_s`, on schedule."""
-    return asyncio.run(_open_loop(base_url, headers or {}, calls, rate, duration_s))
+    with steady_heap() as pauses:
+        result = asyncio.run(_open_loop(base_url, headers or {}, calls, rate, duration_s))
+    result.client_gc_pauses_s = pauses
+    return result
