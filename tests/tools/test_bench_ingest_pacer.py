@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import LiveService
-from tools.bench.priors import IngestPacer
+from tools.bench.priors import IngestPacer, IngestProcess
 
 
 class SlowIngest(http.server.BaseHTTPRequestHandler):
@@ -68,3 +68,18 @@ def test_the_pacer_stores_what_it_counts(live_service: LiveService) -> None:
     assert pacer.errors == []
     assert pacer.sent_measurements > 2000
     assert 2000 < pacer.achieved_per_s() < 6000
+
+
+def test_the_ingest_process_pushes_on_schedule_from_its_own_interpreter(
+    slow_ingest: str,
+) -> None:
+    pushing = IngestProcess(slow_ingest, "t", per_s=20_000, duration_s=1.0)
+    assert SlowIngest.arrived == []  # nothing leaves before start, whatever the set-up took
+    pushing.start()
+    held = time.perf_counter() + 0.5
+    while time.perf_counter() < held:  # this interpreter busy: the pushes go on regardless
+        sum(range(1000))
+    pushing.join()
+    assert pushing.errors == []
+    assert len(SlowIngest.arrived) >= 5
+    assert pushing.sent_measurements > 0 and pushing.achieved_per_s() > 0
