@@ -13,6 +13,19 @@ from services.profiler_api.model_registry.cache import ActiveModelCache, settle_
 from tests.factories import tuning_runs
 
 
+def _add_version(session: Session, artifact: bytes, *, sha256: str | None = None) -> int:
+    return repository.add_version(
+        session,
+        ops=["convolution"],
+        data_counts={},
+        params={},
+        metrics={},
+        artifact=artifact,
+        sha256=sha256 or checksum(artifact),
+        job_id=None,
+    )
+
+
 def test_active_model_cache_reloads_on_activation_at_most_once_per_interval(
     db_session: Session,
 ) -> None:
@@ -22,18 +35,7 @@ def test_active_model_cache_reloads_on_activation_at_most_once_per_interval(
         artifact = train_bundle(
             runs, model_params={"n_estimators": 3, "n_jobs": 1}, seed=seed, select_policy=False
         ).to_bytes()
-        versions.append(
-            repository.add_version(
-                db_session,
-                ops=["convolution"],
-                data_counts={},
-                params={},
-                metrics={},
-                artifact=artifact,
-                sha256=checksum(artifact),
-                job_id=None,
-            )
-        )
+        versions.append(_add_version(db_session, artifact))
     now = [0.0]
     cache = ActiveModelCache(check_interval_s=1.0, clock=lambda: now[0])
     repository.activate(db_session, versions[0])
@@ -59,16 +61,7 @@ def test_active_model_cache_reloads_on_activation_at_most_once_per_interval(
 def test_active_model_cache_keeps_serving_when_an_artifact_is_corrupt(
     db_session: Session,
 ) -> None:
-    version = repository.add_version(
-        db_session,
-        ops=["convolution"],
-        data_counts={},
-        params={},
-        metrics={},
-        artifact=b"not gzip",
-        sha256="0" * 64,
-        job_id=None,
-    )
+    version = _add_version(db_session, b"not gzip", sha256="0" * 64)
     repository.activate(db_session, version)
     assert ActiveModelCache(check_interval_s=0.0).get(db_session) is None
 
@@ -86,16 +79,7 @@ def test_a_loaded_model_leaves_the_collectors_working_set(db_session: Session) -
         model_params={"n_estimators": 3, "n_jobs": 1},
         select_policy=False,
     ).to_bytes()
-    version = repository.add_version(
-        db_session,
-        ops=["convolution"],
-        data_counts={},
-        params={},
-        metrics={},
-        artifact=artifact,
-        sha256=checksum(artifact),
-        job_id=None,
-    )
+    version = _add_version(db_session, artifact)
     repository.activate(db_session, version)
     try:
         loaded = ActiveModelCache(check_interval_s=0.0).get(db_session)
