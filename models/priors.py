@@ -123,7 +123,7 @@ def rank(
         )
         if anchored is not None:
             predicted = predicted.copy()
-            predicted[np.asarray(order, dtype=int)] = anchored
+            predicted[rows] = anchored
     confidences = np.broadcast_to(np.asarray(confidence, dtype=float), (len(order),))
     return [
         RankedCandidate(

@@ -283,6 +283,7 @@ class IngestProcess:
         )
         self._process.start()
         sender.close()
+        self.duration_s = duration_s
         self.sent_measurements = 0
         self.elapsed_s = 0.0
         self.errors: list[str] = []
@@ -294,6 +295,10 @@ class IngestProcess:
         self._go.set()
 
     def join(self) -> None:
+        wait_s = self.duration_s + 120.0
+        if not self._outcome.poll(wait_s):
+            self._process.kill()
+            raise TPSError(f"the ingest process did not finish within {wait_s:.0f} s")
         try:
             outcome = self._outcome.recv()
         except EOFError:
