@@ -83,3 +83,11 @@ def test_the_ingest_process_pushes_on_schedule_from_its_own_interpreter(
     assert pushing.errors == []
     assert len(SlowIngest.arrived) >= 5
     assert pushing.sent_measurements > 0 and pushing.achieved_per_s() > 0
+
+
+def test_the_pacer_holds_batches_for_its_whole_window() -> None:
+    pacer = IngestPacer("http://127.0.0.1:9", "t", per_s=5_000, duration_s=3.0)
+    held = sum(measurements for _, measurements in pacer._bodies)
+    assert held >= 15_000  # what 3 s at 5,000/s asks, whatever a simulated run holds
+    last_due, last_size = pacer._due_s[-1], pacer._bodies[-1][1]
+    assert last_due + last_size / 5_000 >= 3.0  # the last batch is due at the window's end

@@ -60,7 +60,7 @@ from tools.settings import LocalSettings
 from tools.synthetic import FleetSimulator
 from tps import __version__
 from tps.errors import TPSError
-from tps.schemas import ProbeRunBatch
+from tps.schemas import ProbeRun, ProbeRunBatch
 
 # Training is set-up here, not what is timed; on a box shared with other work it may crawl.
 RETRAIN_TIMEOUT_S = 3600.0
@@ -193,8 +193,16 @@ class IngestPacer:
         self._lock = threading.Lock()
         self._next = 0
         self._started = 0.0
-        runs_needed = int(per_s * duration_s / 36) + batch_runs
-        runs = list(FleetSimulator(seed=7).runs(runs_needed))
+        # Runs until the window's measurements are in, and one batch more: a run holds 8 or
+        # more, and how many depends on the simulated fleet.
+        wanted = per_s * duration_s
+        runs: list[ProbeRun] = []
+        held = 0
+        for run in FleetSimulator(seed=7).runs(int(wanted / 8) + batch_runs):
+            runs.append(run)
+            held += len(run.measurements)
+            if held >= wanted and len(runs) % batch_runs == 0:
+                break
         self._bodies = [
             (
                 ProbeRunBatch(runs=runs[i : i + batch_runs]).model_dump_json().encode(),
