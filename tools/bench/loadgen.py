@@ -18,10 +18,10 @@ import io
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import aiohttp
 import numpy as np
@@ -54,6 +54,14 @@ def steady_heap() -> Iterator[list[float]]:
     finally:
         gc.callbacks.remove(timed)
         gc.unfreeze()
+
+
+def _steadily(loop: Coroutine[Any, Any, LoadResult]) -> LoadResult:
+    """Run a loop with the generator's heap steady; its result carries the generator's pauses."""
+    with steady_heap() as pauses:
+        result = asyncio.run(loop)
+    result.client_gc_pauses_s = pauses
+    return result
 
 
 class Call(NamedTuple):
@@ -164,10 +172,7 @@ def closed_loop(
     duration_s: float = 10.0,
 ) -> LoadResult:
     """Run `clients` concurrent Python clients cycling through `calls` for `duration_s`."""
-    with steady_heap() as pauses:
-        result = asyncio.run(_closed_loop(base_url, headers or {}, calls, clients, duration_s))
-    result.client_gc_pauses_s = pauses
-    return result
+    return _steadily(_closed_loop(base_url, headers or {}, calls, clients, duration_s))
 
 
 def hey_available() -> bool:
@@ -224,7 +229,4 @@ def open_loop(
     duration_s: float = 10.0,
 ) -> LoadResult:
     """Send `calls` (in turn) at `rate` per second for `duration_s`, on schedule."""
-    with steady_heap() as pauses:
-        result = asyncio.run(_open_loop(base_url, headers or {}, calls, rate, duration_s))
-    result.client_gc_pauses_s = pauses
-    return result
+    return _steadily(_open_loop(base_url, headers or {}, calls, rate, duration_s))
