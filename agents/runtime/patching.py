@@ -38,7 +38,10 @@ _F32 = torch.float32
 _FLAGS = torch.backends.cuda.matmul
 # What `torch.backends.cuda.matmul.allow_tf32` reads, without its Python __getattr__.
 _allow_tf32 = torch._C._get_cublas_allow_tf32
-_is_compiling = torch.compiler.is_compiling
+# Whether dynamo traces the call (torch.compile, export): constant-folded to True while it
+# traces, a plain `return False` in eager (54 ns, where `is_compiling()` costs 150 ns of a
+# 1 µs miss, checking TorchScript first).
+_is_compiling = torch.compiler.is_dynamo_compiling
 
 
 class _State:
