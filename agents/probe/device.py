@@ -42,6 +42,16 @@ class Device:
             return "cpu"
         return "amd" if self.is_rocm else "nvidia"
 
+    def idle(self) -> bool:
+        """Whether the device has done all the work queued on its stream so far (the CPU,
+        which runs each call as it is made, never has any queued)."""
+        if not self.is_gpu:
+            return True
+        import torch
+
+        stream = self.stream if self.stream is not None else torch.cuda.current_stream(self.index)
+        return bool(stream.query())
+
     def synchronize(self) -> None:
         if self.is_gpu:
             import torch

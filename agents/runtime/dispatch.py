@@ -68,11 +68,36 @@ class HeadToHead:
 
 @dataclass
 class Trial:
-    """A winner timed beside the default on the program's own calls: host µs per call."""
+    """A winner timed beside the default on the program's own calls: host µs per call, and
+    how many calls found the device idle (its queued work done: it waits on the host)."""
 
     calls: int
     winner_us: list[float] = field(default_factory=list)
     default_us: list[float] = field(default_factory=list)
+    idle: int = 0
+
+    @property
+    def host_bound(self) -> bool:
+        """Whether the device waited on the host in at least half of the timed calls."""
+        return 2 * self.idle >= len(self.winner_us) + len(self.default_us) > 0
+
+
+def program_gain(trial: Trial, duel: HeadToHead | None, *, on_gpu: bool) -> float:
+    """Return the winner's gain over the default in the program, from the trial's host times.
+
+    On a GPU a call costs its host time and its device time (the head to head's), as long
+    as the device is what the program waits on. Where the device waits on the host (a
+    decode step of small kernels, launched one after another), the device time saved is
+    hidden behind the host's, and only the host time counts: a winner whose launch costs
+    more than the default's makes such a program slower, whatever its kernel saves.
+    On the CPU the host time is the whole call.
+    """
+    winner = statistics.median(trial.winner_us)
+    default = statistics.median(trial.default_us)
+    if on_gpu and duel is not None and not trial.host_bound:
+        winner += duel.winner_device_us
+        default += duel.default_device_us
+    return default / max(winner, 1e-3) - 1
 
 
 @dataclass(eq=False)
@@ -89,8 +114,10 @@ class Route:
     checks_left: int = 0
     trial: Trial | None = None
     head_to_head: HeadToHead | None = None
-    # The gain measured on the program's own calls, once the trial ended.
+    # The gain measured on the program's own calls, once the trial ended, and whether the
+    # device waited on the host in that trial (then only host time counted).
     program_gain: float | None = None
+    host_bound: bool | None = None
     calls: int = 0
     slot: int = -1
     gain: float | None = None
@@ -508,6 +535,8 @@ class Runtime:
             return self._call(route, a, b)
         route.checks_left -= 1
         winner_turn = route.checks_left % 2 == 0
+        if self.device.is_gpu and self.device.idle():
+            trial.idle += 1
         start = time.perf_counter_ns()
         out = self._call(route, a, b) if winner_turn else self._call_default(a, b)
         took = (time.perf_counter_ns() - start) / 1e3
@@ -555,30 +584,29 @@ class Runtime:
         return out
 
     def _judge(self, route: Route, trial: Trial) -> None:
-        """Keep the winner only if it still gains with the host time it costs in the program.
-
-        On a GPU a call costs its host time and its device time (the head to head's); only
-        the host time is taken again here, as the program's own Python and caches make it.
-        On the CPU the host time is the whole call.
-        """
+        """Keep the winner only if it still gains with the host time it costs in the program
+        (`program_gain`): the host time is taken again here, as the program's own Python and
+        caches make it, and whether the device waits on the host."""
         route.trial = None
-        duel = route.head_to_head
         if route.runner is None or not trial.winner_us or not trial.default_us:
             return
-        winner_host = statistics.median(trial.winner_us)
-        default_host = statistics.median(trial.default_us)
-        winner, default = winner_host, default_host
-        if self.device.is_gpu and duel is not None:
-            winner += duel.winner_device_us
-            default += duel.default_device_us
-        route.program_gain = gain = default / max(winner, 1e-3) - 1
+        on_gpu = self.device.is_gpu
+        route.host_bound = on_gpu and trial.host_bound
+        route.program_gain = gain = program_gain(trial, route.head_to_head, on_gpu=on_gpu)
         if gain >= self.admission.min_gain:
             return
         self.stats.lost_in_program += 1
         route.runner = None
+        timed = len(trial.winner_us) + len(trial.default_us)
+        waited = (
+            f"; the device waited on the host in {trial.idle} of {timed} calls"
+            if on_gpu and trial.host_bound
+            else ""
+        )
         route.reason = (
-            f"lost in the program: {route.reason}, but a call took {winner_host:.1f} µs of host "
-            f"time against the default's {default_host:.1f} µs ({gain:+.1%} in all)"
+            f"lost in the program: {route.reason}, but a call took "
+            f"{statistics.median(trial.winner_us):.1f} µs of host time against the default's "
+            f"{statistics.median(trial.default_us):.1f} µs{waited} ({gain:+.1%} in all)"
         )
 
     # -- faults ------------------------------------------------------------------------------

@@ -268,3 +268,39 @@ def test_compiled_tunes_a_decode_step_once_and_a_second_host_runs_it_untuned(tmp
     for y in (y1, y2, y3):
         torch.testing.assert_close(y, reference, atol=3e-2, rtol=3e-2)
     first.close(), second.close()
+
+
+def test_the_trial_sees_whether_the_device_waits_on_the_host(tmp_path):
+    """Small products launched one after another leave the device idle between them (their
+    kernels finish before the host launches the next); large ones keep it busy. The trial
+    judges by host time alone only in the first case."""
+    from agents.probe.device import open_device
+
+    device = open_device("cuda")
+    big = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    torch.cuda.synchronize()
+    big @ big  # a few ms of device time
+    assert not device.idle()
+    torch.cuda.synchronize()
+    assert device.idle()
+
+    def trial_of(m, n, k, calls):
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        problem = gemm_problem(x, w.t(), tf32=False)
+        (winner, *_) = offered("triton", problem)
+        home = tmp_path / f"{m}x{n}x{k}"
+        home.mkdir()
+        session = session_with(home, winner, problem)
+        with torch.no_grad(), tuned(session):
+            for _ in range(calls):  # launched one after another, as a program's layers are
+                F.linear(x, w)
+        torch.cuda.synchronize()
+        (route,) = session.runtime.decisions()
+        session.close()
+        return route
+
+    small = trial_of(32, 256, 256, ANY_GAIN.trial_calls + 4)
+    assert small.host_bound is True, small.reason
+    large = trial_of(8192, 8192, 8192, ANY_GAIN.trial_calls + 4)
+    assert large.host_bound is False, large.reason

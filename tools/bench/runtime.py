@@ -272,6 +272,7 @@ def run_case(
             "routed": r.runner is not None,
             "gain": r.gain,
             "program_gain": r.program_gain,
+            "host_bound": r.host_bound,
             "head_to_head": asdict(r.head_to_head) if r.head_to_head else None,
             "compiled_gain": r.compiled_gain,
             "reason": r.reason,

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from agents.cache import ProbeCache
 from agents.daemon.workloads import WorkloadSources, read_shape_rows
 from agents.runtime import AdmissionSettings, Mode, RuntimeSession, tune, tuned, untune
+from agents.runtime.dispatch import HeadToHead, Trial, program_gain
 from agents.runtime.keys import gemm_problem
 from tests.agents.runtime.conftest import entry_for, scaled
 from tps.candidate import VENDOR_DEFAULT
@@ -138,6 +139,23 @@ def test_a_winner_that_holds_in_the_program_keeps_running(make_runtime, cpu_hard
         F.linear(x, w)
         assert provider.calls == calls + 1
     assert rt.stats.lost_in_program == 0
+
+
+def test_where_the_device_waits_on_the_host_only_host_time_counts():
+    # GPT-2 medium's LM head at decode batch 32 on the H200: a Triton winner saved 108 µs of
+    # device time head to head, but its launch cost 117 µs of host time in the program
+    # against cuBLAS's 14 µs, and the model ran 1.5% slower with it.
+    duel = HeadToHead(
+        default_device_us=146.6, winner_device_us=38.5, default_host_us=14.1, winner_host_us=46.1
+    )
+    busy = Trial(calls=4, winner_us=[117.0, 118.0], default_us=[14.0, 15.0], idle=1)
+    waiting = dataclasses.replace(busy, idle=2)
+    assert not busy.host_bound and waiting.host_bound
+    assert program_gain(busy, duel, on_gpu=True) > 0  # the device time it saves counts
+    assert program_gain(waiting, duel, on_gpu=True) < -0.8  # hidden behind the host's
+    # on the CPU the host time is the whole call, busy or not
+    assert program_gain(waiting, duel, on_gpu=False) == program_gain(busy, duel, on_gpu=False)
+    assert not Trial(calls=4).host_bound  # nothing timed yet
 
 
 def test_every_entry_point_routes_its_problem(make_runtime, cpu_hardware):
