@@ -117,7 +117,8 @@ class Route:
     problem: ProblemKey | None
     runner: Runner | None = None
     candidate: Candidate | None = None
-    # How the choice was made, for logs and the bench ("hit", "miss", "near tie", ...).
+    # How the choice was made, for logs and the bench ("hit", "miss", "near tie",
+    # "lost head to head", ...).
     reason: str = "miss"
     # Calls still to check before the route runs its winner alone: the first compare its
     # output with the default's, the rest (`trial`) time it beside the default in the program.
@@ -143,6 +144,8 @@ class RuntimeStats:
     misses: int = 0
     probes: int = 0
     near_ties: int = 0
+    # cached winners slower than the default head to head, by the margin or more
+    lost_head_to_head: int = 0
     faults: int = 0
     # winners admitted head to head that lost on the program's own calls
     lost_in_program: int = 0
@@ -438,12 +441,18 @@ class Runtime:
         gain = duel.gain
         what = "re-validated after a version change" if stale else "hit"
         if gain < self.admission.min_gain:
-            self.stats.near_ties += 1
+            # within the margin either way: a near tie; slower by more: a loss
+            lost = gain <= -self.admission.min_gain
+            if lost:
+                self.stats.lost_head_to_head += 1
+            else:
+                self.stats.near_ties += 1
+            what = "lost head to head" if lost else "near tie"
             return Route(
                 problem=problem,
                 candidate=candidate,
                 gain=gain,
-                reason=f"near tie: {candidate.label()} gained {gain:+.1%} head to head",
+                reason=f"{what}: {candidate.label()} gained {gain:+.1%} head to head",
             )
         return Route(
             problem=problem,

@@ -93,6 +93,8 @@ class CaseResult:
     routing_layers: int = 0
     settled_layers: int = 0
     near_ties: int = 0
+    # cached winners slower than the default head to head, by the margin or more
+    lost_head_to_head: int = 0
     # winners admitted head to head that lost when timed on the program's own calls
     lost_in_program: int = 0
     problems: int = 0
@@ -325,6 +327,7 @@ def _eager(
     _install(model, {})()
     result.probes = first.runtime.stats.probes
     result.near_ties = first.runtime.stats.near_ties
+    result.lost_head_to_head = first.runtime.stats.lost_head_to_head
     result.lost_in_program = first.runtime.stats.lost_in_program
     result.routing_layers = len(host1)
 

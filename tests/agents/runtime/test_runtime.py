@@ -81,7 +81,24 @@ def test_a_near_tie_goes_to_the_default(make_runtime, cpu_hardware, operands):
         assert rt.providers["cpu-scaled"].calls == calls  # never dispatched
     (route,) = rt.decisions()
     assert route.runner is None and route.reason.startswith("near tie")
-    assert rt.stats.near_ties == 1
+    assert rt.stats.near_ties == 1 and rt.stats.lost_head_to_head == 0
+
+
+def test_a_winner_slower_than_the_default_is_a_loss_not_a_near_tie(
+    make_runtime, cpu_hardware, operands
+):
+    x, w, _ = operands
+    rt = make_runtime(
+        entries=[entry_for(linear_problem(x, w), cpu_hardware, scaled(scale=1.0))],
+        admission=AdmissionSettings(min_gain=0.01, rounds=3, target_us=200.0, max_reps=5),
+    )
+    rt.providers["cpu-scaled"].delay_s = 0.002  # every launch of the winner costs 2 ms more
+    with tuned(RuntimeSession(runtime=rt)):
+        F.linear(x, w)
+    (route,) = rt.decisions()
+    assert route.runner is None and route.reason.startswith("lost head to head"), route.reason
+    assert route.gain is not None and route.gain < -0.5
+    assert rt.stats.lost_head_to_head == 1 and rt.stats.near_ties == 0
 
 
 def _slow_default(a: Any, b: Any) -> Any:
