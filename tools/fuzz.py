@@ -119,12 +119,15 @@ def _run_one(base_url: str, token: str, config: FuzzConfig, report: Path) -> dic
         "running_time_s": round(data["running_time"], 1),
         "exit_code": data["exit_code"],
         "st202_details": _ST202_DETAIL.findall(completed.stdout),
-        "output": _failures_section(completed.stdout) if data["failures"] or data["errors"] else "",
+        "output": failures_section(completed.stdout) if data["failures"] or data["errors"] else "",
     }
 
 
-def _failures_section(output: str, limit: int = 12_000) -> str:
-    start = max(output.find("FAILURES"), output.find("ERRORS"), 0)
+def failures_section(output: str, limit: int = 12_000) -> str:
+    """Return Schemathesis' output from its first ERRORS or FAILURES section on (errors come
+    first: a runtime error's own text is in its section, the report holds only its title)."""
+    found = [i for i in (output.find("ERRORS"), output.find("FAILURES")) if i >= 0]
+    start = min(found, default=0)
     return output[start : start + limit]
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tools.fuzz import FuzzConfig, run_api_fuzz, unexplained
+from tools.fuzz import FuzzConfig, failures_section, run_api_fuzz, unexplained
 
 pytestmark = [pytest.mark.slow, pytest.mark.fuzz]
 
@@ -22,3 +22,17 @@ def test_the_api_meets_its_schema_under_fuzzing(postgres_server_url: str) -> Non
         assert result[role]["cases"] > 500
         found = unexplained(result[role])
         assert found == [], f"{found}\n{result[role]['output']}"
+
+
+def test_a_failed_run_shows_its_errors_as_well_as_its_failures() -> None:
+    # Schemathesis prints its ERRORS section before FAILURES; the report names a runtime
+    # error by its title alone, so its text must come from the output.
+    output = (
+        "progress...\n===== ERRORS =====\nRuntime Error: read timed out on POST /v1/x\n"
+        "===== FAILURES =====\nST202 Schema-valid request rejected\n===== SUMMARY ====="
+    )
+    shown = failures_section(output)
+    assert shown.startswith("ERRORS")
+    assert "read timed out" in shown and "ST202" in shown
+    assert failures_section("FAILURES only\nST202").startswith("FAILURES")
+    assert failures_section("neither") == "neither"
