@@ -126,7 +126,7 @@ class Route:
     trial: Trial | None = None
     head_to_head: HeadToHead | None = None
     # The gain measured on the program's own calls, once the trial ended, and whether the
-    # device waited on the host in that trial (then only host time counted).
+    # device waited on the host in that trial (then half its device time counted).
     program_gain: float | None = None
     host_bound: bool | None = None
     calls: int = 0
@@ -447,12 +447,12 @@ class Runtime:
                 self.stats.lost_head_to_head += 1
             else:
                 self.stats.near_ties += 1
-            what = "lost head to head" if lost else "near tie"
+            verdict = "lost head to head" if lost else "near tie"
             return Route(
                 problem=problem,
                 candidate=candidate,
                 gain=gain,
-                reason=f"{what}: {candidate.label()} gained {gain:+.1%} head to head",
+                reason=f"{verdict}: {candidate.label()} gained {gain:+.1%} head to head",
             )
         return Route(
             problem=problem,
