@@ -274,8 +274,8 @@ def test_compiled_tunes_a_decode_step_once_and_a_second_host_runs_it_untuned(tmp
 
 def test_the_trial_sees_whether_the_device_waits_on_the_host(tmp_path):
     """Small products launched one after another leave the device idle between them (their
-    kernels finish before the host launches the next); large ones keep it busy. The trial
-    judges by host time alone only in the first case."""
+    kernels finish before the host launches the next); large ones keep it busy. Only in the
+    first case does the trial count part of the device time a winner saves."""
     from agents.probe.device import open_device
 
     device = open_device("cuda")

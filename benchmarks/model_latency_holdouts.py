@@ -1,0 +1,87 @@
+"""How far the latency a model predicts is from the measured one, per H200 GEMM holdout.
+
+For each configuration of the H200 GEMM data left out (`tps evaluate`'s fold models), the
+median absolute percentage error of each problem's candidates, then the mean over the
+holdout's problems, for: the anchored booster (`anchored_us`), the pooled anchor it starts
+from (the closest measured devices' latencies carried by the roofline, for the candidates
+that have one), and the model's `predicted_us` (`predict_frame`).
+
+    .venv/bin/python benchmarks/model_latency_holdouts.py \
+        > benchmarks/results/model_latency_holdouts.json
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import platform
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+from models.dataset import TuningData
+from models.selection import FoldModels, configurations, holdout_mask
+from tps.schemas import ProbeRun
+
+DATA = Path(__file__).resolve().parent / "data" / "gemm_h200_probe_runs.jsonl.gz"
+
+
+def median_ape(predicted: np.ndarray, measured: np.ndarray) -> float | None:
+    ok = np.isfinite(predicted) & np.isfinite(measured)
+    return float(np.median(np.abs(predicted[ok] / measured[ok] - 1))) if ok.any() else None
+
+
+def main() -> None:
+    with gzip.open(DATA, "rt") as lines:
+        runs = [ProbeRun.model_validate_json(line) for line in lines]
+    data = TuningData.from_runs(runs).for_op("gemm")
+    folds = FoldModels(data, op="gemm")
+    holdouts = []
+    for holdout in configurations(data):
+        model = folds.without((holdout,))
+        errors: dict[str, list[float]] = {
+            "anchored_booster": [],
+            "pooled_anchor": [],
+            "predicted_us": [],
+        }
+        test = data.frame[holdout_mask(data, holdout)[0]]
+        for (hw_key, problem_hash), group in test.groupby(["hw_key", "problem_hash"]):
+            hardware, problem = data.hardware[hw_key], data.problems[problem_hash]
+            ids = list(group["candidate_id"])
+            candidates = [data.candidates[c] for c in ids]
+            measured = group["median_us"].to_numpy(dtype=float)
+            anchors = model.reference_.anchor_columns(
+                hardware, problem, ids, exclude=hardware.fingerprint()
+            )
+            booster = model.anchored_us(hardware, problem, candidates)
+            frame = model.predict_frame(hardware, problem, candidates)
+            for name, predicted in (
+                ("anchored_booster", booster),
+                ("pooled_anchor", np.exp(anchors["anc_log_pred"])),
+                ("predicted_us", frame["predicted_us"].to_numpy(dtype=float)),
+            ):
+                if predicted is not None and (ape := median_ape(predicted, measured)) is not None:
+                    errors[name].append(ape)
+        holdouts.append(
+            {
+                "holdout": holdout,
+                "problems": int(test[["hw_key", "problem_hash"]].drop_duplicates().shape[0]),
+            }
+            | {f"{name}_median_ape": float(np.mean(v)) if v else None for name, v in errors.items()}
+        )
+    print(
+        json.dumps(
+            {
+                "command": "python benchmarks/model_latency_holdouts.py",
+                "machine": f"{platform.machine()}, Python {platform.python_version()}",
+                "date": datetime.now(UTC).isoformat(timespec="seconds"),
+                "holdouts": holdouts,
+            },
+            indent=1,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
