@@ -650,3 +650,30 @@ def test_under_compile_a_winner_must_also_beat_inductors_product(make_runtime, c
     assert not [s for s in ops.SLOTS if s.route is route]  # inductor's product runs
     assert route.runner is not None  # eager calls still run the winner
     untune(model)
+
+
+def test_the_padded_runner_copies_a_weight_once_until_it_is_written():
+    from agents.runtime.runners import PaddedRunner
+    from tps.candidate import Candidate
+
+    weight, x = torch.nn.Parameter(torch.randn(50, 64)), torch.randn(3, 64)
+    problem = gemm_problem(x, weight.detach().t(), tf32=False)  # N = 50: rows padded to 64
+    padded = Candidate(backend="padded", params={"align": 64})
+    runner = PaddedRunner(candidate=padded, problem=problem)
+    with torch.no_grad():
+        wt = weight.t()  # a layer passes the same W^T view on every call
+        first = runner(x, wt)
+        assert torch.allclose(first, x @ wt, atol=1e-5)
+        weight.data.copy_(torch.randn(50, 64))  # unseen by the version counter: the copy is kept
+        assert torch.equal(runner(x, wt), first)
+        runner.forget_weight()
+        assert torch.allclose(runner(x, wt), x @ wt, atol=1e-5)
+        weight.mul_(3.0)  # in place, counted: copied again
+        assert torch.allclose(runner(x, wt), x @ wt, atol=1e-4)
+        other = torch.nn.Parameter(torch.randn(50, 64)).t()  # another weight
+        assert torch.allclose(runner(x, other), x @ other, atol=1e-5)
+        activation = torch.randn(64, 50)  # not a weight: copied on every call
+        before = runner(x, activation)
+        activation.data.copy_(torch.randn(64, 50))
+        after = runner(x, activation)
+    assert torch.allclose(after, x @ activation, atol=1e-5) and not torch.equal(before, after)
