@@ -184,14 +184,17 @@ class CublasLtRunner:
         alpha, beta = mm.alpha.ctypes.data, mm.beta.ctypes.data
         workspace = self._workspace.data_ptr()
         shape, strides, dtype, device = tuple(out.shape), out.stride(), out.dtype, out.device
-        empty, current, matmul = torch.empty_strided, torch.cuda.current_stream, cublasLt.matmul
+        empty, matmul = torch.empty_strided, cublasLt.matmul
+        # The current stream's handle as an int: the one Triton's launcher reads. On the H200
+        # host, torch.cuda.current_stream().cuda_stream took 4.4 µs of a 16.6 µs launch
+        # (it builds a Stream object), this 0.09 µs.
+        stream, index = torch._C._cuda_getCurrentRawStream, device.index
 
         def launch(a: Any, b: Any) -> Any:
             d = empty(shape, strides, dtype=dtype, device=device)
             matmul(
                 handle, desc, alpha, a.data_ptr(), a_layout, b.data_ptr(), b_layout, beta,
-                0, c_layout, d.data_ptr(), d_layout, algo, workspace, size,
-                current().cuda_stream,
+                0, c_layout, d.data_ptr(), d_layout, algo, workspace, size, stream(index),
             )  # fmt: skip
             return d
 

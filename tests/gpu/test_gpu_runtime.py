@@ -306,3 +306,34 @@ def test_the_trial_sees_whether_the_device_waits_on_the_host(tmp_path):
     assert small.host_bound is True, small.reason
     large = trial_of(8192, 8192, 8192, ANY_GAIN.trial_calls + 4)
     assert large.host_bound is False, large.reason
+
+
+def test_the_lean_cublaslt_launch_runs_on_the_current_stream_and_in_a_graph():
+    if not NVIDIA:
+        pytest.skip("cuBLASLt is NVIDIA only")
+    from agents.probe.device import open_device
+    from agents.runtime.runners import CublasLtRunner
+
+    w = torch.randn(1024, 512, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16)
+    problem = gemm_problem(x, w.t(), tf32=False)
+    (winner, *_) = offered("cublaslt", problem)
+    runner = CublasLtRunner(candidate=winner, problem=problem, device=open_device("cuda"))
+    runner(x, w.t())  # plans and executes through nvmath
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        y = runner(x, w.t())  # lean, on the side stream
+        assert runner.lean
+        # a launch on any other stream than the capturing one fails the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=side):
+            static_y = runner(x, w.t())
+    torch.cuda.current_stream().wait_stream(side)
+    ok, err = close_to_default(y, x, w.t())
+    assert ok, f"lean launch: relative error {err:.2e}"
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    ok, err = close_to_default(static_y, x, w.t())
+    assert ok, f"graph replay: relative error {err:.2e}"
