@@ -99,9 +99,11 @@ def bench_runtime(
                 if as_json:
                     print(line, flush=True)  # noqa: T201  (the command's output)
                 else:
+                    ci = result.get("speedup_ci")
+                    within = f", 95% {ci[0]:.3f}-{ci[1]:.3f}" if ci else ""
                     console.print(
                         f"{name} {c}: eager {result['eager_ms']:.2f} ms, TPS "
-                        f"{result['tps_ms']:.2f} ms ({result['speedup']:.3f}x), "
+                        f"{result['tps_ms']:.2f} ms ({result['speedup']:.3f}x{within}), "
                         f"{result['probes']} probes in {result['tuning_s']:.1f} s"
                     )
 

@@ -86,6 +86,11 @@ class CaseResult:
     speedup: float = 0.0
     # eager over an identical untouched copy, timed alongside: 1.0 but for noise
     control_ratio: float = 0.0
+    # 95% intervals of the ratios above and of the second host's (round-by-round ratios,
+    # bootstrapped): where nothing is routed both sides run the same kernels
+    speedup_ci: list[float] | None = None
+    control_ci: list[float] | None = None
+    second_host_speedup_ci: list[float] | None = None
     probes: int = 0
     tuning_s: float = 0.0
     routed: int = 0
@@ -143,6 +148,8 @@ class Clock:
 
     def __init__(self, device: str) -> None:
         self.cuda = device.startswith("cuda")
+        # the last side-by-side's per-round medians, by variant (`interval`)
+        self.rounds: dict[str, list[float]] = {}
 
     def once_ms(self, fn: Callable[[], Any]) -> float:
         import torch
@@ -176,6 +183,7 @@ class Clock:
 
         setups = setups or {}
         samples: dict[str, list[float]] = {name: [] for name in fns}
+        self.rounds = {name: [] for name in fns}
         for name, fn in fns.items():
             setups.get(name, _nothing)()
             for _ in range(3):
@@ -185,8 +193,41 @@ class Clock:
             for i in interleaved(list(range(len(names))), r):
                 name = names[i]
                 setups.get(name, _nothing)()  # before the clock starts
-                samples[name] += [self.once_ms(fns[name]) for _ in range(per_round)]
+                times = [self.once_ms(fns[name]) for _ in range(per_round)]
+                samples[name] += times
+                self.rounds[name].append(statistics.median(times))
         return {name: statistics.median(v) for name, v in samples.items()}
+
+    def interval(self, numerator: str, denominator: str) -> list[float]:
+        """The 95% interval of the last side-by-side's ratio numerator / denominator."""
+        return ratio_interval(self.rounds[numerator], self.rounds[denominator])
+
+
+def ratio_interval(
+    numerator: list[float],
+    denominator: list[float],
+    *,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> list[float]:
+    """Return a bootstrap interval of the median of round-by-round ratios, [low, high].
+
+    Each round timed every variant back to back, so a round's ratio cancels what drifts
+    between rounds (clocks, the host's other work); resampling the rounds gives how far
+    the median ratio could move in another run of as many rounds.
+    """
+    import numpy as np
+
+    ratios = np.asarray(numerator, dtype=float) / np.asarray(denominator, dtype=float)
+    if ratios.size == 0:
+        raise ValueError("no rounds to compare")
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, ratios.size, size=(resamples, ratios.size))
+    medians = np.median(ratios[picks], axis=1)
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(medians, [tail, 100 - tail])
+    return [float(low), float(high)]
 
 
 def _nothing() -> None:
@@ -324,6 +365,8 @@ def _eager(
     result.eager_ms, result.tps_ms = times["eager"], times["tps"]
     result.speedup = result.eager_ms / result.tps_ms
     result.control_ratio = result.eager_ms / times["control"]
+    result.speedup_ci = clock.interval("eager", "tps")
+    result.control_ci = clock.interval("eager", "control")
     _install(model, {})()
     result.probes = first.runtime.stats.probes
     result.near_ties = first.runtime.stats.near_ties
@@ -603,6 +646,7 @@ def _second_host(
         setups={"eager": _install(model, {}), "second": _install(model, host2)},
     )
     result.second_host_speedup = times["eager"] / times["second"]
+    result.second_host_speedup_ci = clock.interval("eager", "second")
     result.second_host_probes = second.runtime.stats.probes
     second.close()
     _install(model, {})()

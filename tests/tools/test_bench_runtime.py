@@ -1,0 +1,38 @@
+"""The runtime bench's side-by-side rounds and the interval of its ratios."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tools.bench.runtime import Clock, ratio_interval
+
+
+def test_the_interval_holds_the_true_ratio_and_widens_with_noise():
+    rng = np.random.default_rng(1)
+    base = rng.uniform(10.0, 20.0, size=60)  # each round's own level: drift between rounds
+    quiet = ratio_interval(list(base * 1.1 * rng.normal(1, 0.005, 60)), list(base))
+    noisy = ratio_interval(list(base * 1.1 * rng.normal(1, 0.1, 60)), list(base))
+    assert quiet[0] <= 1.1 <= quiet[1] and quiet[1] - quiet[0] < 0.01
+    # rounds are paired: the drift between rounds (10 to 20 ms) leaves no trace
+    assert noisy[1] - noisy[0] > 5 * (quiet[1] - quiet[0])
+    with pytest.raises(ValueError, match="no rounds"):
+        ratio_interval([], [])
+
+
+def test_side_by_side_keeps_each_rounds_median_per_variant():
+    clock = Clock("cpu")
+    calls = {"a": 0, "b": 0}
+
+    def call(name: str):
+        def run() -> None:
+            calls[name] += 1
+
+        return run
+
+    times = clock.side_by_side({"a": call("a"), "b": call("b")}, rounds=8, per_round=3)
+    assert set(times) == {"a", "b"}
+    assert [len(clock.rounds[n]) for n in ("a", "b")] == [8, 8]
+    assert calls == {"a": 3 + 8 * 3, "b": 3 + 8 * 3}  # warm-up, then every round
+    low, high = clock.interval("a", "b")
+    assert 0 < low <= high
