@@ -266,12 +266,26 @@ def linear_layer(rt: Runtime) -> Callable[[Any, Any], Any]:
             out = _dispatch(rt, route, a, weight.t(), bias)
         elif route.runner is None:
             return _linear(input, weight, bias)
+        elif route.in_trial:  # the routed call against the layer's own, each whole
+            return rt.trial_call(
+                route,
+                lambda: routed(route, input, weight, bias),
+                lambda: _linear(input, weight, bias),
+            )
         else:  # inference's hit: the weight's transposed view is made once
             wt = transposed.of(weight)
             out = rt.run(route, input if flat else input.view(-1, input.shape[-1]), wt)
             if bias is not None:
                 out.add_(bias)
         return out if flat else out.view(*input.shape[:-1], weight.shape[0])
+
+    def routed(route: Route, input: Any, weight: Any, bias: Any) -> Any:
+        """Inference's hit as a trial makes it: the winner, the bias, the output's shape."""
+        a = input if input.dim() == 2 else input.view(-1, input.shape[-1])
+        out = rt.call_winner(route, a, transposed.of(weight))
+        if bias is not None:
+            out.add_(bias)
+        return out.view(*input.shape[:-1], weight.shape[0])
 
     transposed = _Transposed()
     return forward
@@ -324,8 +338,16 @@ def conv1d_layer(rt: Runtime) -> Callable[[Any, Any], Any]:
             routes[x.shape] = route
             quiet.calls = 0
         route.calls += 1
-        if route.runner is None and not _needs_grad(x, weight, bias):
+        grad = _needs_grad(x, weight, bias)
+        if route.runner is None and not grad:
             return _addmm(bias, a, weight).view(*x.shape[:-1], self.nf)
+        if route.in_trial and not grad:  # the routed call against the layer's own, each whole
+            shape = (*x.shape[:-1], self.nf)
+            return rt.trial_call(
+                route,
+                lambda: rt.call_winner(route, a, weight).add_(bias).view(shape),
+                lambda: _addmm(bias, a, weight).view(shape),
+            )
         return _dispatch(rt, route, a, weight, bias).view(*x.shape[:-1], self.nf)
 
     return forward

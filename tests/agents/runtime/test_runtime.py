@@ -677,3 +677,49 @@ def test_the_padded_runner_copies_a_weight_once_until_it_is_written():
         activation.data.copy_(torch.randn(64, 50))
         after = runner(x, activation)
     assert torch.allclose(after, x @ activation, atol=1e-5) and not torch.equal(before, after)
+
+
+class Conv1D(torch.nn.Module):
+    """transformers' Conv1D as GPT-2 uses it: y = addmm(bias, x, W), W stored [in, out]."""
+
+    def __init__(self, nf: int, nx: int) -> None:
+        super().__init__()
+        self.nf = nf
+        self.weight = torch.nn.Parameter(torch.randn(nx, nf))
+        self.bias = torch.nn.Parameter(torch.randn(nf))
+
+    def forward(self, x: Any) -> Any:
+        out = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
+        return out.view(*x.size()[:-1], self.nf)
+
+
+@pytest.mark.parametrize("kind", ["linear", "conv1d"])
+def test_a_layers_trial_times_the_routed_call_against_the_layers_own(
+    make_runtime, cpu_hardware, kind
+):
+    # The head to head and a function's trial compare the winner with the bare default
+    # product; a layer that keeps the default gets its own forward back (bias fused, no
+    # routing), so its trial compares the whole routed call with that forward.
+    layer = torch.nn.Linear(64, 48) if kind == "linear" else Conv1D(48, 64)
+    x = torch.randn(3, 5, 64)
+    b = layer.weight.detach().t() if kind == "linear" else layer.weight.detach()
+    problem = gemm_problem(x.reshape(-1, 64), b, tf32=False)
+    rt = make_runtime(
+        entries=[entry_for(problem, cpu_hardware, scaled(scale=1.0))],
+        admission=TRIAL,
+        default=_slow_default,  # 2 ms a call: the winner wins head to head
+    )
+    provider = rt.providers["cpu-scaled"]
+    tune(layer, RuntimeSession(runtime=rt))
+    with torch.no_grad():
+        expected = layer.__class__.forward(layer, x)
+        layer(x)  # admitted
+        (route,) = rt.decisions()
+        assert route.runner is not None and route.trial is not None
+        provider.delay_s = 0.001  # 1 ms a routed call: faster than the bare default, not the layer
+        outputs = [layer(x) for _ in range(1 + TRIAL.trial_calls)]  # verified, then the trial
+        assert route.runner is None and route.reason.startswith("lost in the program")
+        assert route.program_gain is not None and route.program_gain < -0.5
+    for y in outputs:
+        assert y.shape == expected.shape and torch.allclose(y, expected, atol=1e-4)
+    untune(layer)
