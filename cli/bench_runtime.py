@@ -99,8 +99,8 @@ def bench_runtime(
                 if as_json:
                     print(line, flush=True)  # noqa: T201  (the command's output)
                 else:
-                    ci = result.get("speedup_ci")
-                    within = f", 95% {ci[0]:.3f}-{ci[1]:.3f}" if ci else ""
+                    ci, paired = result.get("speedup_ci"), result.get("speedup_paired")
+                    within = f", paired {paired:.3f}, 95% {ci[0]:.3f}-{ci[1]:.3f}" if ci else ""
                     console.print(
                         f"{name} {c}: eager {result['eager_ms']:.2f} ms, TPS "
                         f"{result['tps_ms']:.2f} ms ({result['speedup']:.3f}x{within}), "

@@ -36,3 +36,5 @@ def test_side_by_side_keeps_each_rounds_median_per_variant():
     assert calls == {"a": 3 + 8 * 3, "b": 3 + 8 * 3}  # warm-up, then every round
     low, high = clock.interval("a", "b")
     assert 0 < low <= high
+    clock.rounds = {"a": [2.0, 4.0, 9.0], "b": [1.0, 1.0, 10.0]}  # ratios 2, 4, 0.9
+    assert clock.paired("a", "b") == 2.0  # round by round, not 4.0 / 1.0

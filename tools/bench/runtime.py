@@ -91,6 +91,11 @@ class CaseResult:
     speedup_ci: list[float] | None = None
     control_ci: list[float] | None = None
     second_host_speedup_ci: list[float] | None = None
+    # the medians of those round-by-round ratios: what the intervals are around (the ratios
+    # above are of the medians of all forwards, which drift between rounds moves more)
+    speedup_paired: float | None = None
+    control_paired: float | None = None
+    second_host_speedup_paired: float | None = None
     probes: int = 0
     tuning_s: float = 0.0
     routed: int = 0
@@ -201,6 +206,11 @@ class Clock:
     def interval(self, numerator: str, denominator: str) -> list[float]:
         """The 95% interval of the last side-by-side's ratio numerator / denominator."""
         return ratio_interval(self.rounds[numerator], self.rounds[denominator])
+
+    def paired(self, numerator: str, denominator: str) -> float:
+        """The median of the last side-by-side's round-by-round ratios (the interval's centre)."""
+        pairs = zip(self.rounds[numerator], self.rounds[denominator], strict=True)
+        return statistics.median(n / d for n, d in pairs)
 
 
 def ratio_interval(
@@ -367,6 +377,8 @@ def _eager(
     result.control_ratio = result.eager_ms / times["control"]
     result.speedup_ci = clock.interval("eager", "tps")
     result.control_ci = clock.interval("eager", "control")
+    result.speedup_paired = clock.paired("eager", "tps")
+    result.control_paired = clock.paired("eager", "control")
     _install(model, {})()
     result.probes = first.runtime.stats.probes
     result.near_ties = first.runtime.stats.near_ties
@@ -647,6 +659,7 @@ def _second_host(
     )
     result.second_host_speedup = times["eager"] / times["second"]
     result.second_host_speedup_ci = clock.interval("eager", "second")
+    result.second_host_speedup_paired = clock.paired("eager", "second")
     result.second_host_probes = second.runtime.stats.probes
     second.close()
     _install(model, {})()
