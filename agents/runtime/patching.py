@@ -125,10 +125,17 @@ def route_product(
     sig = _sig(name, a, b)
     route = rt.routes.get(sig) or rt.resolve(sig, a, b)
     route.calls += 1
-    if route.runner is None and not _needs_grad(a, b, bias):
+    grad = _needs_grad(a, b, bias)
+    if route.runner is None and not grad:
         _quiet(rt)
         return default()
+    if route.in_trial and not grad:  # the routed call against the original, each whole
+        return rt.trial_call(route, lambda: _plus(rt.call_winner(route, a, b), bias), default)
     return _dispatch(rt, route, a, b, bias)
+
+
+def _plus(out: Any, bias: Any) -> Any:
+    return out if bias is None else out.add_(bias)
 
 
 def _quiet(rt: Runtime) -> None:
@@ -210,11 +217,21 @@ def linear_with(rt: Runtime | None, input: Any, weight: Any, bias: Any) -> Any:
     if route is None:
         route = rt.resolve(sig, input.reshape(-1, input.shape[-1]), weight.t())
     route.calls += 1
-    if route.runner is None and not _needs_grad(input, weight, bias):
+    grad = _needs_grad(input, weight, bias)
+    if route.runner is None and not grad:
         _quiet(rt)
         return _linear(input, weight, bias)
+    shape = (*input.shape[:-1], weight.shape[0])
+    if route.in_trial and not grad:  # the routed call against F.linear's own, each whole
+        return rt.trial_call(
+            route,
+            lambda: _plus(
+                rt.call_winner(route, input.reshape(-1, input.shape[-1]), weight.t()), bias
+            ).view(shape),
+            lambda: _linear(input, weight, bias),
+        )
     out = _dispatch(rt, route, input.reshape(-1, input.shape[-1]), weight.t(), bias)
-    return out.view(*input.shape[:-1], weight.shape[0])
+    return out.view(shape)
 
 
 class _Quiet:

@@ -80,6 +80,19 @@ def entry_for(
     return CacheEntry(**(fields | update))
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread() -> Any:
+    """Run torch's CPU products on one thread: these tests time tiny products against each
+    other, and a pool of two waits a whole scheduler slice for a core whenever another
+    process holds one (16 ms a product, seen beside a busy process on a 2-core box)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def cpu_device() -> Device:
     return Device(kind="cpu", threads=1)

@@ -146,14 +146,15 @@ def test_a_winner_that_holds_in_the_program_keeps_running(make_runtime, cpu_hard
         default=_slow_default,
     )
     provider = rt.providers["cpu-scaled"]
+    a, b = x.reshape(-1, x.shape[-1]), w.t()  # torch.mm: its trial's default is the product's
     with tuned(RuntimeSession(runtime=rt)):
         for _ in range(2 + TRIAL.trial_calls):
-            F.linear(x, w)
+            torch.mm(a, b)
         (route,) = rt.decisions()
         assert route.runner is not None and route.trial is None
         assert route.program_gain is not None and route.program_gain > 0.5
         calls = provider.calls
-        F.linear(x, w)
+        torch.mm(a, b)
         assert provider.calls == calls + 1
     assert rt.stats.lost_in_program == 0
 
@@ -691,6 +692,24 @@ class Conv1D(torch.nn.Module):
     def forward(self, x: Any) -> Any:
         out = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
         return out.view(*x.size()[:-1], self.nf)
+
+
+def test_f_linears_trial_times_the_routed_call_against_f_linear(make_runtime, cpu_hardware):
+    x, w, bias = torch.randn(3, 5, 64), torch.randn(48, 64), torch.randn(48)
+    rt = make_runtime(
+        entries=[entry_for(linear_problem(x, w), cpu_hardware, scaled(scale=1.0))],
+        admission=TRIAL,
+        default=_slow_default,  # the bare product: 2 ms a call
+    )
+    with tuned(RuntimeSession(runtime=rt)):
+        F.linear(x, w, bias)  # admitted head to head
+        (route,) = rt.decisions()
+        assert route.runner is not None
+        rt.providers["cpu-scaled"].delay_s = 0.001  # faster than the bare product, not F.linear
+        outputs = [F.linear(x, w, bias) for _ in range(1 + TRIAL.trial_calls)]
+    assert route.runner is None and route.reason.startswith("lost in the program")
+    for y in outputs:
+        assert torch.allclose(y, x @ w.t() + bias, atol=1e-4)
 
 
 @pytest.mark.parametrize("kind", ["linear", "conv1d"])
