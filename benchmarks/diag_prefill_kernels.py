@@ -27,31 +27,16 @@ PRODUCT_OPS = ("aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "aten::m
 def main() -> None:
     import torch
 
-    from agents import runtime as tps_runtime
-    from tools.bench.runtime import CASES, Clock, _forwards, _host, _install, _steady, build_model
+    from tools.bench.runtime import Clock, _install, cuda_case, tuned_host
 
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="gpt2-medium")
     p.add_argument("--case", default="prefill")
     args = p.parse_args()
-    torch.manual_seed(0)
-    model = build_model(args.model, device="cuda").to(dtype=torch.bfloat16)
-    batch, tokens = CASES[args.case]
-    ids = torch.randint(0, model.config.vocab_size, (batch, tokens), device="cuda")
+    model, run = cuda_case(args.model, args.case)
     tunable = torch.cuda.tunable
     work = Path(tempfile.mkdtemp())
-
-    def run() -> Any:
-        with torch.no_grad():
-            return model(input_ids=ids, use_cache=False).logits
-
-    run()
-    host = _host("cuda", work, "host1", None, None)
-    host.runtime.defer_probes = False
-    tps_runtime.tune(model, host)
-    run()
-    _steady(run, host.runtime)
-    routed = _forwards(model)
+    host, routed = tuned_host(model, run, work)
     _install(model, {})()
     tunable.set_filename(str(work / "tunableop.csv"))
     tunable.enable(True)

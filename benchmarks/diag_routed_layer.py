@@ -20,30 +20,14 @@ def main() -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from agents import runtime as tps_runtime
-    from tools.bench.runtime import CASES, _forwards, _host, _install, _steady, build_model
+    from tools.bench.runtime import _install, cuda_case, tuned_host
 
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="gpt2-medium")
     p.add_argument("--case", default="decode-b32")
     args = p.parse_args()
-    torch.manual_seed(0)
-    model = build_model(args.model, device="cuda").to(dtype=torch.bfloat16)
-    batch, tokens = CASES[args.case]
-    ids = torch.randint(0, model.config.vocab_size, (batch, tokens), device="cuda")
-
-    def run() -> Any:
-        with torch.no_grad():
-            return model(input_ids=ids, use_cache=False).logits
-
-    work = Path(tempfile.mkdtemp())
-    host = _host("cuda", work, "host1", None, None)
-    host.runtime.defer_probes = False
-    run()
-    tps_runtime.tune(model, host)
-    run()
-    _steady(run, host.runtime)
-    routed = _forwards(model)
+    model, run = cuda_case(args.model, args.case)
+    host, routed = tuned_host(model, run, Path(tempfile.mkdtemp()))
     out: dict[str, Any] = {"model": args.model, "case": args.case, "routed": list(routed)}
     out["decisions"] = [
         {

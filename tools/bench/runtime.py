@@ -680,6 +680,37 @@ def _host(device: str, workdir: Path, name: str, service: str | None, token: str
     )
 
 
+def cuda_case(model_name: str, case: str) -> tuple[Any, Callable[[], Any]]:
+    """Build `model_name` in bf16 on the GPU, seeded, and return it with one forward of
+    `case` (no grad, no KV cache), as the diagnosis scripts of benchmarks/ use them."""
+    import torch
+
+    torch.manual_seed(0)
+    model = build_model(model_name, device="cuda").to(dtype=torch.bfloat16)
+    batch, tokens = CASES[case]
+    ids = torch.randint(0, model.config.vocab_size, (batch, tokens), device="cuda")
+
+    def run() -> Any:
+        with torch.no_grad():
+            return model(input_ids=ids, use_cache=False).logits
+
+    return model, run
+
+
+def tuned_host(model: Any, run: Callable[[], Any], workdir: Path) -> tuple[Any, dict[str, Any]]:
+    """Tune `model` as host 1 of a fleet does (it probes its misses), run it until its layers
+    settle, and return the session with the forwards TPS left on the layers that route."""
+    from agents import runtime as tps_runtime
+
+    host = _host("cuda", workdir, "host1", None, None)
+    host.runtime.defer_probes = False
+    run()
+    tps_runtime.tune(model, host)
+    run()
+    _steady(run, host.runtime)
+    return host, _forwards(model)
+
+
 def _steady(run: Callable[[], Any], rt: Any) -> None:
     """Run forwards until the layers that route nothing have their own forward back."""
     for _ in range(rt.settle_after + 1):
