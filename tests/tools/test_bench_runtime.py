@@ -38,3 +38,13 @@ def test_side_by_side_keeps_each_rounds_median_per_variant():
     assert 0 < low <= high
     clock.rounds = {"a": [2.0, 4.0, 9.0], "b": [1.0, 1.0, 10.0]}  # ratios 2, 4, 0.9
     assert clock.paired("a", "b") == 2.0  # round by round, not 4.0 / 1.0
+
+
+def test_every_compiled_ratio_with_an_interval_is_a_field_of_the_case():
+    from dataclasses import fields
+
+    from tools.bench.runtime import COMPILED_RATIOS, CaseResult
+
+    names = {f.name for f in fields(CaseResult)}
+    assert {name for name, _, _ in COMPILED_RATIOS} <= names
+    assert "intervals" in names

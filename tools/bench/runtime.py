@@ -74,6 +74,15 @@ def build_model(name: str, *, device: str = "cpu") -> Any:
         return configs[name]().eval()
 
 
+# The compiled ratios, each a field of CaseResult: (field, numerator, denominator) variants.
+COMPILED_RATIOS = (
+    ("compile_tps_speedup", "compile", "compile_tps"),
+    ("tps_vs_max_autotune", "max_autotune", "compile_tps"),
+    ("second_host_vs_max_autotune", "max_autotune", "second_host_compile_tps"),
+    ("second_host_gemm_only_vs_max_autotune", "max_autotune", "second_host_gemm_only"),
+)
+
+
 @dataclass
 class CaseResult:
     """One model and case, every figure side by side (ms are medians of one forward)."""
@@ -96,6 +105,8 @@ class CaseResult:
     speedup_paired: float | None = None
     control_paired: float | None = None
     second_host_speedup_paired: float | None = None
+    # the compiled ratios' [paired median, low, high], by the ratio's field name
+    intervals: dict[str, list[float]] = field(default_factory=dict)
     probes: int = 0
     tuning_s: float = 0.0
     routed: int = 0
@@ -498,6 +509,11 @@ def _compiled(
         result.second_host_vs_max_autotune = (
             result.max_autotune_ms / result.second_host_compile_tps_ms
         )
+    # each ratio's 95% interval and paired median, as the eager ones (`Clock.interval`)
+    for name, numerator, denominator in COMPILED_RATIOS:
+        if numerator in times and denominator in times:
+            paired = clock.paired(numerator, denominator)
+            result.intervals[name] = [paired, *clock.interval(numerator, denominator)]
     result.second_host_gemm_only_ms = times.get("second_host_gemm_only")
     if result.max_autotune_ms and result.second_host_gemm_only_ms:
         result.second_host_gemm_only_vs_max_autotune = (
