@@ -13,12 +13,14 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, TypeAlias
 
 import numpy as np
 import pandas as pd
 
 from tps.candidate import Candidate
+from tps.catalog import UnknownHardwareError, resolve
 from tps.hardware import HardwareSpec
 from tps.problem import DTYPE_BYTES, ProblemKey
 
@@ -72,13 +74,37 @@ def problem_features(problem: ProblemKey) -> dict[str, float]:
     return feats
 
 
+@lru_cache(maxsize=4096)
+def _datasheet_gbs(name: str) -> float | None:
+    try:
+        return resolve(name).mem_bandwidth_gbs
+    except UnknownHardwareError:
+        return None
+
+
+def model_bandwidth_gbs(hardware: HardwareSpec) -> float:
+    """Return the memory bandwidth the model sees for `hardware`: the units in use's share
+    (`HardwareSpec.usable_bandwidth_of`) of the catalog's datasheet figure for a GPU the
+    catalog knows, as its peak FLOPs are; of the host's own figure for any other device.
+
+    A host reports either NVML's figure (memory clock times bus width) or a copy it timed: the
+    H200 GEMM data holds 4,814 GB/s for three runs of the chip and 4,250 for another. Taken as
+    they are, one chip was two devices to the model, and the roofline carried a memory-bound
+    latency 13% too slow from one to the other.
+    """
+    sheet = _datasheet_gbs(hardware.name)
+    if sheet is None:
+        return hardware.usable_bandwidth_gbs
+    return hardware.usable_bandwidth_of(sheet)
+
+
 def hardware_features(hardware: HardwareSpec) -> dict[str, float]:
     """Return the hardware's features (datasheet or measured spec)."""
     peak32 = hardware.peak_tflops.get("fp32", float("nan"))
     peak16 = hardware.peak_tflops.get("bf16", hardware.peak_tflops.get("fp16", float("nan")))
     units = hardware.active_units
     share = units / hardware.compute_units
-    bandwidth = hardware.usable_bandwidth_gbs
+    bandwidth = model_bandwidth_gbs(hardware)
     arch_digits = "".join(ch for ch in hardware.arch if ch.isdigit())
     return {
         "hw_vendor": VENDOR_CODE.get(hardware.vendor, 9.0),

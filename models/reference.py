@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from models.dataset import GROUP_COLUMNS, TuningData, add_relative_time
-from models.features import problem_bytes
+from models.features import model_bandwidth_gbs, problem_bytes
 from tps.hardware import HardwareSpec
 from tps.problem import ProblemKey
 
@@ -81,7 +81,7 @@ def bound_us(hardware: HardwareSpec, problem: ProblemKey) -> float:
     flops = problem.flops or float(math.prod(problem.dims.values()))
     peak = dtype_peak_tflops(hardware, problem.dtype if problem.flops else "fp32")
     compute = flops / (peak * 1e6)
-    memory = problem_bytes(problem) / (hardware.usable_bandwidth_gbs * 1e3)
+    memory = problem_bytes(problem) / (model_bandwidth_gbs(hardware) * 1e3)
     return max(compute, memory, 1e-3)
 
 
@@ -93,7 +93,7 @@ def spec_vector(hardware: HardwareSpec) -> np.ndarray:
         [
             math.log2(units),
             math.log2(max(hardware.l2_bytes, 1)),
-            math.log2(hardware.usable_bandwidth_gbs),
+            math.log2(model_bandwidth_gbs(hardware)),
             math.log2(hardware.peak_tflops.get("fp32", 1.0) * share),
             math.log2(hardware.clock_mhz or 1000.0),
         ]
@@ -471,7 +471,7 @@ class Reference:
                     / dtype_peak_tflops(ref_hw, ref_problem.dtype)
                 )
             )
-            bandwidth.append(math.log(hardware.usable_bandwidth_gbs / ref_hw.usable_bandwidth_gbs))
+            bandwidth.append(math.log(model_bandwidth_gbs(hardware) / model_bandwidth_gbs(ref_hw)))
         columns = np.arange(n)
         with np.errstate(all="ignore"):
             logs = np.log(np.where(usable, table, 1.0))

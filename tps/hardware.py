@@ -82,11 +82,15 @@ class HardwareSpec(BaseModel):
     def usable_bandwidth_gbs(self) -> float:
         """Return the memory bandwidth the units in use get: measured under the limit, when it
         was, else the whole device's shared out by units."""
+        return self.usable_bandwidth_of(self.mem_bandwidth_gbs)
+
+    def usable_bandwidth_of(self, whole_gbs: float) -> float:
+        """Return what the units in use get of a whole device's bandwidth of `whole_gbs`."""
         if self.unit_limit is None or self.active_units >= self.compute_units:
-            return self.mem_bandwidth_gbs
+            return whole_gbs
         if self.limited_bandwidth_gbs is not None:
-            return min(self.limited_bandwidth_gbs, self.mem_bandwidth_gbs)
-        return self.mem_bandwidth_gbs * self.active_units / self.compute_units
+            return min(self.limited_bandwidth_gbs, whole_gbs)
+        return whole_gbs * self.active_units / self.compute_units
 
     def software_key(self) -> str:
         """Return the versions that invalidate cached choices when they change."""

@@ -77,6 +77,21 @@ def test_a_limited_configuration_is_bound_by_the_bandwidth_it_measured() -> None
     assert bound_us(measured, square) == pytest.approx(2 * 4096**3 / (989.4e6 * 16 / 132))
 
 
+def test_a_catalogued_gpus_bound_takes_the_datasheet_bandwidth_whatever_the_host_reported():
+    # The H200 GEMM data: three runs reported NVML's 4814.3 GB/s, one a timed copy, 4250.5.
+    gemv = gemm_problem(1, 4096, 4096)
+    nvml = hardware_spec().model_copy(update={"mem_bandwidth_gbs": 4814.3})
+    timed = hardware_spec().model_copy(update={"mem_bandwidth_gbs": 4250.5})
+    assert bound_us(nvml, gemv) == bound_us(timed, gemv)
+    assert bound_us(timed, gemv) == pytest.approx(2 * (4096 * 4096 + 2 * 4096) / 4800e3)
+    # a limit's measured bandwidth still counts, capped by the datasheet's
+    limited = timed.model_copy(update={"unit_limit": 16, "limited_bandwidth_gbs": 1500.0})
+    assert bound_us(limited, gemv) == pytest.approx(2 * (4096 * 4096 + 2 * 4096) / 1500e3)
+    # a device the catalog does not know keeps the figure its host reported
+    unknown = timed.model_copy(update={"name": "Prototype Accelerator X9"})
+    assert bound_us(unknown, gemv) == pytest.approx(2 * (4096 * 4096 + 2 * 4096) / 4250.5e3)
+
+
 def test_a_candidate_measured_nearby_is_carried_by_the_bound_ratio() -> None:
     full = hardware_spec()
     problem = gemm_problem(4096, 4096, 4096)
