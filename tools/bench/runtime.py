@@ -121,6 +121,9 @@ class CaseResult:
     problems: int = 0
     tunableop_ms: float | None = None
     tunableop_tuning_s: float | None = None
+    # the products TunableOp tuned, and those where it chose other than the default solution
+    tunableop_tuned: int | None = None
+    tunableop_changed: int | None = None
     compile_ms: float | None = None
     compile_s: float | None = None  # the default compile's first call, cold
     # host 1 under tps_runtime.compiled: inductor searches each GEMM once, TPS records it
@@ -632,6 +635,10 @@ def _tunableop(
         forward(model)()
         _sync(device)
         result.tunableop_tuning_s = time.perf_counter() - start
+        # (op, shape, solution, ms) per tuned product; "Default" is the BLAS call's own
+        tuned: list[Any] = list(tunable.get_results())  # typed as one tuple, returns many
+        result.tunableop_tuned = len(tuned)
+        result.tunableop_changed = len([r for r in tuned if not str(r[2]).startswith("Default")])
         tunable.tuning_enable(False)
         run = forward(model)
         times = clock.side_by_side(
