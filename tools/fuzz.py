@@ -38,7 +38,8 @@ _ST202_DETAIL = re.compile(r"- ST202 .*?\[422\][^`]*`(\{.*?\})`", re.S)
 
 
 def unexplained(result: dict[str, Any]) -> list[str]:
-    """Return the failures of one role's run that are not a documented cross-field rule."""
+    """Return the failures of one role's run that are not a documented cross-field rule, nor
+    an error of the fuzzer's own case generation (`generation_errors`)."""
     found = [
         f"{f['code']} {f['title']}: {', '.join(f['operations'])}"
         for f in result["failures"]
@@ -47,9 +48,45 @@ def unexplained(result: dict[str, Any]) -> list[str]:
     for detail in result["st202_details"]:
         if not any(rule in detail for rule in CROSS_FIELD_RULES):
             found.append(f"ST202 Schema-valid request rejected: {detail[:300]}")
-    if result["errors"]:
+    errors = result["errors"] - len(result.get("generation_errors", []))
+    if errors > 0:
         details = "; ".join(result.get("error_details", [])[:3])
-        found.append(f"{result['errors']} runtime errors: {details}")
+        found.append(f"{errors} runtime errors: {details}")
+    return found
+
+
+_ERROR_BLOCK = re.compile(r"^_{3,} (.+?) _{3,}$", re.M)
+# What a runtime error that reached the service, or waited on it, says in its block.
+_REQUEST_SIGNS = (
+    "requests.exceptions.",
+    "Read timed out",
+    "ConnectionError",
+    "Max retries exceeded",
+    "RemoteDisconnected",
+)
+
+
+def generation_errors(output: str) -> list[str]:
+    """Return the operations whose runtime error Schemathesis raised while drawing a test
+    case, before any request: the traceback runs through its case generation into
+    Hypothesis, and nothing in it touched the service.
+
+    Hypothesis has raised FlakyFailure there from its own cache of lambda sources (a KeyError
+    in AST_LAMBDAS_CACHE while describing a strategy), once in a CI run: an error of the tool,
+    not of the API.
+    """
+    start = output.find("ERRORS")
+    if start < 0:
+        return []
+    ends = [i for i in (output.find("FAILURES", start), output.find("SUMMARY", start)) if i >= 0]
+    section = output[start : min(ends, default=len(output))]
+    heads = list(_ERROR_BLOCK.finditer(section))
+    found = []
+    for head, following in zip(heads, [*heads[1:], None], strict=True):
+        block = section[head.end() : following.start() if following else len(section)]
+        drawn = "schemathesis/generation/" in block and "/hypothesis/" in block
+        if drawn and not any(sign in block for sign in _REQUEST_SIGNS):
+            found.append(head.group(1))
     return found
 
 
@@ -119,6 +156,7 @@ def _run_one(base_url: str, token: str, config: FuzzConfig, report: Path) -> dic
         "running_time_s": round(data["running_time"], 1),
         "exit_code": data["exit_code"],
         "st202_details": _ST202_DETAIL.findall(completed.stdout),
+        "generation_errors": generation_errors(completed.stdout),
         "output": failures_section(completed.stdout) if data["failures"] or data["errors"] else "",
     }
 

@@ -7,7 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from tools.fuzz import FuzzConfig, failures_section, run_api_fuzz, unexplained
+from tools.fuzz import (
+    FuzzConfig,
+    failures_section,
+    generation_errors,
+    run_api_fuzz,
+    unexplained,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.fuzz]
 
@@ -36,3 +42,38 @@ def test_a_failed_run_shows_its_errors_as_well_as_its_failures() -> None:
     assert "read timed out" in shown and "ST202" in shown
     assert failures_section("FAILURES only\nST202").startswith("FAILURES")
     assert failures_section("neither") == "neither"
+
+
+# Schemathesis' ERRORS section, as a CI run printed it (traceback shortened), and a request
+# that timed out.
+_ERRORS = """
+===== ERRORS =====
+_______________________________ POST /v1/priors ________________________________
+Runtime Error
+
+Inconsistent results: A test case failed on the first run but now succeeds
+    + Exception Group Traceback (most recent call last):
+    |   File ".venv/lib/python3.11/site-packages/schemathesis/generation/drivers.py", line 179
+    |   File ".venv/lib/python3.11/site-packages/schemathesis/generation/hypothesis/examples.py"
+    |   File ".venv/lib/python3.11/site-packages/hypothesis/core.py", line 2334, in wrapped_test
+    | hypothesis.errors.FlakyFailure: Inconsistent results (1 sub-exception)
+    |   File ".venv/lib/python3.11/site-packages/hypothesis/internal/lambda_sources.py", line 353
+    | KeyError: ('from __future__ import annotations',)
+_______________________________ GET /v1/stats ________________________________
+Runtime Error
+
+    |   File ".venv/lib/python3.11/site-packages/schemathesis/generation/drivers.py", line 179
+    |   File ".venv/lib/python3.11/site-packages/hypothesis/core.py", line 2334, in wrapped_test
+    | requests.exceptions.ReadTimeout: HTTPConnectionPool: Read timed out. (read timeout=60.0)
+===== SUMMARY =====
+"""
+
+
+def test_an_error_of_the_fuzzers_own_case_generation_is_not_the_apis() -> None:
+    assert generation_errors(_ERRORS) == ["POST /v1/priors"]
+    assert generation_errors("no errors at all") == []
+    run = {"failures": [], "st202_details": [], "error_details": ["Runtime Error"]}
+    drawn = {**run, "errors": 1, "generation_errors": ["POST /v1/priors"]}
+    assert unexplained(drawn) == []
+    both = {**run, "errors": 2, "generation_errors": ["POST /v1/priors"]}
+    assert unexplained(both) == ["1 runtime errors: Runtime Error"]  # the timeout counts
