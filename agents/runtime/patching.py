@@ -125,11 +125,11 @@ def route_product(
     sig = _sig(name, a, b)
     route = rt.routes.get(sig) or rt.resolve(sig, a, b)
     route.calls += 1
-    grad = _needs_grad(a, b, bias)
-    if route.runner is None and not grad:
+    if route.runner is None and not _needs_grad(a, b, bias):
         _quiet(rt)
         return default()
-    if route.in_trial and not grad:  # the routed call against the original, each whole
+    if route.checks_left and route.in_trial and not _needs_grad(a, b, bias):
+        # the routed call against the original, each whole
         return rt.trial_call(route, lambda: _plus(rt.call_winner(route, a, b), bias), default)
     return _dispatch(rt, route, a, b, bias)
 
@@ -217,12 +217,12 @@ def linear_with(rt: Runtime | None, input: Any, weight: Any, bias: Any) -> Any:
     if route is None:
         route = rt.resolve(sig, input.reshape(-1, input.shape[-1]), weight.t())
     route.calls += 1
-    grad = _needs_grad(input, weight, bias)
-    if route.runner is None and not grad:
+    if route.runner is None and not _needs_grad(input, weight, bias):
         _quiet(rt)
         return _linear(input, weight, bias)
     shape = (*input.shape[:-1], weight.shape[0])
-    if route.in_trial and not grad:  # the routed call against F.linear's own, each whole
+    if route.checks_left and route.in_trial and not _needs_grad(input, weight, bias):
+        # the routed call against F.linear's own, each whole
         return rt.trial_call(
             route,
             lambda: _plus(
@@ -283,7 +283,7 @@ def linear_layer(rt: Runtime) -> Callable[[Any, Any], Any]:
             out = _dispatch(rt, route, a, weight.t(), bias)
         elif route.runner is None:
             return _linear(input, weight, bias)
-        elif route.in_trial:  # the routed call against the layer's own, each whole
+        elif route.checks_left and route.in_trial:  # the routed call against the layer's own
             return rt.trial_call(
                 route,
                 lambda: routed(route, input, weight, bias),
@@ -355,10 +355,10 @@ def conv1d_layer(rt: Runtime) -> Callable[[Any, Any], Any]:
             routes[x.shape] = route
             quiet.calls = 0
         route.calls += 1
-        grad = _needs_grad(x, weight, bias)
-        if route.runner is None and not grad:
+        if route.runner is None and not _needs_grad(x, weight, bias):
             return _addmm(bias, a, weight).view(*x.shape[:-1], self.nf)
-        if route.in_trial and not grad:  # the routed call against the layer's own, each whole
+        if route.checks_left and route.in_trial and not _needs_grad(x, weight, bias):
+            # the routed call against the layer's own, each whole
             shape = (*x.shape[:-1], self.nf)
             return rt.trial_call(
                 route,
