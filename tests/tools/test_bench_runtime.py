@@ -48,3 +48,18 @@ def test_every_compiled_ratio_with_an_interval_is_a_field_of_the_case():
     names = {f.name for f in fields(CaseResult)}
     assert {name for name, _, _ in COMPILED_RATIOS} <= names
     assert "intervals" in names
+
+
+def test_tunableop_counts_only_the_products_a_case_added():
+    from tools.bench.runtime import tunableop_counts
+
+    first = [("GemmTunableOp_BFloat16_TN", "tn_1024_1_1024", "Default", 0.01)]
+    after = [
+        *first,
+        ("GemmTunableOp_BFloat16_TN", "tn_4096_1_1024", "Default", 0.02),
+        ("GemmTunableOp_BFloat16_TN", "tn_1024_1_4096", "Gemm_Cublaslt_17", 0.01),
+    ]
+    # the earlier case's product is neither tuned nor changed by this one
+    assert tunableop_counts(after, earlier=first) == (2, 1)
+    assert tunableop_counts(after, earlier=[]) == (3, 1)
+    assert tunableop_counts(first, earlier=first) == (0, 0)

@@ -631,14 +631,13 @@ def _tunableop(
         tunable.set_filename(str(workdir / "tunableop-results.csv"))
         tunable.enable(True)
         tunable.tuning_enable(True)
+        earlier = _tunableop_results(tunable)
         start = time.perf_counter()
         forward(model)()
         _sync(device)
         result.tunableop_tuning_s = time.perf_counter() - start
-        # (op, shape, solution, ms) per tuned product; "Default" is the BLAS call's own
-        tuned: list[Any] = list(tunable.get_results())  # typed as one tuple, returns many
-        result.tunableop_tuned = len(tuned)
-        result.tunableop_changed = len([r for r in tuned if not str(r[2]).startswith("Default")])
+        counts = tunableop_counts(_tunableop_results(tunable), earlier=earlier)
+        result.tunableop_tuned, result.tunableop_changed = counts
         tunable.tuning_enable(False)
         run = forward(model)
         times = clock.side_by_side(
@@ -650,6 +649,22 @@ def _tunableop(
         )
         result.tunableop_ms = times["tunableop"]
         tunable.enable(False)
+
+
+def _tunableop_results(tunable: Any) -> list[Any]:
+    return list(tunable.get_results())  # typed as one tuple, returns one per tuned product
+
+
+def tunableop_counts(results: list[Any], *, earlier: list[Any]) -> tuple[int, int]:
+    """How many products a case had TunableOp tune, and in how many it left the BLAS default.
+
+    Each result is (op, shape, solution, ms); the default solution is named "Default".
+    TunableOp keeps every result of the process, so a case's are those not in `earlier`.
+    """
+    seen = {(str(r[0]), str(r[1])) for r in earlier}
+    tuned = [r for r in results if (str(r[0]), str(r[1])) not in seen]
+    changed = [r for r in tuned if not str(r[2]).startswith("Default")]
+    return len(tuned), len(changed)
 
 
 def _second_host(
