@@ -618,6 +618,7 @@ def compiled(
     *,
     shortlist: int = SHORTLIST,
     tune_kernels: bool = True,
+    device_time: bool = True,
     **options: Any,
 ) -> Iterator[InductorFleet]:
     """Compile inside the block with the fleet's GEMM winners; search and record the rest.
@@ -626,7 +627,11 @@ def compiled(
     compiled model compiles it and tunes its kernels, so that call belongs inside the
     block. `shortlist` is how many of each product's fastest configurations inductor times
     (see `InductorFleet`); `tune_kernels` tunes every other kernel too, through the fleet
-    (see the module's docstring).
+    (see the module's docstring). `device_time` (on a GPU) has a search time each
+    configuration by its kernels' device time, read from the profiler, as the probe engine
+    times candidates: the host's launch costs and its gaps are left out, which moved a 5 µs
+    product's timings by 30% from one search to the next (BENCHMARKS.md). The winner is
+    recorded once and served to the fleet, so it is worth the profiler's cost.
     """
     import torch._inductor.config as inductor_config
     from torch._inductor import select_algorithm
@@ -641,6 +646,10 @@ def compiled(
     saver = select_algorithm.get_algorithm_selector_cache()  # the one that searches
     with ExitStack() as stack:
         stack.enter_context(inductor_config.patch(max_autotune_gemm=True))
+        if device_time and session.runtime.device.is_gpu:
+            stack.enter_context(
+                inductor_config.patch(profile_bandwidth_with_do_bench_using_profiling=True)
+            )
         if tune_kernels:
             stack.enter_context(inductor_config.patch(coordinate_descent_tuning=True))
             stack.enter_context(_kernel_tuning(fleet))

@@ -522,6 +522,24 @@ def test_the_block_tunes_kernels_and_puts_inductor_back(make_runtime):
         assert CachingAutotuner.coordinate_descent_tuning is original
 
 
+def test_a_search_on_a_gpu_times_device_time_only(make_runtime):
+    """On a GPU inductor's search reads its timings from the profiler; the block puts it back."""
+    import dataclasses
+
+    import torch._inductor.config as inductor_config
+
+    before = inductor_config.profile_bandwidth_with_do_bench_using_profiling
+    runtime = make_runtime()
+    with compiled(RuntimeSession(runtime=runtime)):  # the CPU: inductor's own timer
+        assert inductor_config.profile_bandwidth_with_do_bench_using_profiling == before
+    runtime.device = dataclasses.replace(runtime.device, kind="cuda")  # what the block reads
+    with compiled(RuntimeSession(runtime=runtime)):
+        assert inductor_config.profile_bandwidth_with_do_bench_using_profiling is True
+    assert inductor_config.profile_bandwidth_with_do_bench_using_profiling == before
+    with compiled(RuntimeSession(runtime=runtime), device_time=False):
+        assert inductor_config.profile_bandwidth_with_do_bench_using_profiling == before
+
+
 @pytest.mark.usefixtures("without_triton")
 def test_a_second_host_runs_the_fleets_kernel_configuration(make_runtime, live_service):
     """Host 1's kernel tuning goes to the real service; host 2 builds its winner untuned."""
