@@ -50,7 +50,8 @@ def bench_runtime(
         list[str],
         typer.Option(
             "--compile",
-            help="default, max-autotune and/or gemm-only (host 2 without kernel tuning; "
+            help="default, max-autotune, gemm-only (host 2 without kernel tuning; "
+            "with default) and/or host-timed (a host whose GEMM search times host launches; "
             "with default); none to skip",
         ),
     ] = ["default", "max-autotune", "gemm-only"],  # noqa: B006

@@ -80,6 +80,8 @@ COMPILED_RATIOS = (
     ("tps_vs_max_autotune", "max_autotune", "compile_tps"),
     ("second_host_vs_max_autotune", "max_autotune", "second_host_compile_tps"),
     ("second_host_gemm_only_vs_max_autotune", "max_autotune", "second_host_gemm_only"),
+    ("host_timed_vs_max_autotune", "max_autotune", "host_timed_compile_tps"),
+    ("compile_tps_vs_host_timed", "host_timed_compile_tps", "compile_tps"),
 )
 
 
@@ -151,6 +153,8 @@ class CaseResult:
     second_host_gemm_only_ms: float | None = None
     second_host_gemm_only_compile_s: float | None = None
     second_host_gemm_only_vs_max_autotune: float | None = None
+    # a host of its own whose GEMM search timed host launches (`device_time=False`)
+    host_timed_compile_tps_ms: float | None = None
     second_host_probes: int | None = None
     second_host_speedup: float | None = None
     second_host_warm_start_s: float | None = None
@@ -493,6 +497,18 @@ def _compiled(
                         variants["second_host_gemm_only"], "second_host_gemm_only"
                     )
                 alone.close()
+            if "host-timed" in compile_modes:
+                # A host of its own, outside the fleet, whose search times host launches.
+                _new_process_kernels()
+                timed = _host(device, fleet.workdir, "host-timed", None, None)
+                variants["host_timed_compile_tps"] = forward(
+                    torch.compile(
+                        copy.deepcopy(model), options={**gemm_search, "trace.enabled": False}
+                    )
+                )
+                with tps_runtime.compiled(timed, device_time=False):
+                    first_call(variants["host_timed_compile_tps"], "host_timed_compile_tps")
+                timed.close()
     if searches is not None:
         saver.feedback_saver_fns.remove(searches)
     if not variants:
@@ -518,6 +534,7 @@ def _compiled(
             paired = clock.paired(numerator, denominator)
             result.intervals[name] = [paired, *clock.interval(numerator, denominator)]
     result.second_host_gemm_only_ms = times.get("second_host_gemm_only")
+    result.host_timed_compile_tps_ms = times.get("host_timed_compile_tps")
     if result.max_autotune_ms and result.second_host_gemm_only_ms:
         result.second_host_gemm_only_vs_max_autotune = (
             result.max_autotune_ms / result.second_host_gemm_only_ms
