@@ -155,6 +155,8 @@ class CaseResult:
     second_host_gemm_only_vs_max_autotune: float | None = None
     # a host of its own whose GEMM search timed host launches (`device_time=False`)
     host_timed_compile_tps_ms: float | None = None
+    host_timed_vs_max_autotune: float | None = None
+    compile_tps_vs_host_timed: float | None = None
     second_host_probes: int | None = None
     second_host_speedup: float | None = None
     second_host_warm_start_s: float | None = None
@@ -520,25 +522,14 @@ def _compiled(
     result.compile_tps_ms = times.get("compile_tps")
     result.max_autotune_ms = times.get("max_autotune")
     result.second_host_compile_tps_ms = times.get("second_host_compile_tps")
-    if result.compile_ms and result.compile_tps_ms:
-        result.compile_tps_speedup = result.compile_ms / result.compile_tps_ms
-    if result.max_autotune_ms and result.compile_tps_ms:
-        result.tps_vs_max_autotune = result.max_autotune_ms / result.compile_tps_ms
-    if result.max_autotune_ms and result.second_host_compile_tps_ms:
-        result.second_host_vs_max_autotune = (
-            result.max_autotune_ms / result.second_host_compile_tps_ms
-        )
     # each ratio's 95% interval and paired median, as the eager ones (`Clock.interval`)
     for name, numerator, denominator in COMPILED_RATIOS:
-        if numerator in times and denominator in times:
+        if times.get(numerator) and times.get(denominator):
+            setattr(result, name, times[numerator] / times[denominator])
             paired = clock.paired(numerator, denominator)
             result.intervals[name] = [paired, *clock.interval(numerator, denominator)]
     result.second_host_gemm_only_ms = times.get("second_host_gemm_only")
     result.host_timed_compile_tps_ms = times.get("host_timed_compile_tps")
-    if result.max_autotune_ms and result.second_host_gemm_only_ms:
-        result.second_host_gemm_only_vs_max_autotune = (
-            result.max_autotune_ms / result.second_host_gemm_only_ms
-        )
 
 
 def _new_process_kernels() -> None:
