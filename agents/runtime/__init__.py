@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import types
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -78,6 +79,7 @@ def tune(model: Any, session: RuntimeSession | None = None, **options: Any) -> R
 
     session = session or open_session(**options)
     rt = session.runtime
+    _check_steps(model, rt)
     for module in model.modules():
         if isinstance(module, torch.nn.Linear):
             module.forward = types.MethodType(patching.linear_layer(rt), module)  # type: ignore[method-assign]
@@ -98,12 +100,32 @@ def untune(model: Any) -> None:
     """Give `model`'s layers their own forward back, for good."""
     from agents.runtime import patching
 
+    for handle in _STEP_HOOKS.pop(model, ()):
+        handle.remove()
     layers = {id(m) for m in model.modules()}
     for rt in patching.RUNTIMES:  # settled layers stay settled
         rt.settled = [(ref, f) for ref, f in rt.settled if id(ref()) not in layers]
     for module in model.modules():
         if "forward" in vars(module):
             del module.forward
+
+
+# Each tuned model's step check hooks (`steps.StepCheck`), removed by `untune` or a new `tune`.
+_STEP_HOOKS: weakref.WeakKeyDictionary[Any, tuple[Any, ...]] = weakref.WeakKeyDictionary()
+
+
+def _check_steps(model: Any, rt: Runtime) -> None:
+    """Time `model`'s forward with and without its new winners (`AdmissionSettings.step_pairs`)."""
+    from agents.runtime.steps import StepCheck
+
+    for handle in _STEP_HOOKS.pop(model, ()):
+        handle.remove()
+    if rt.admission.step_pairs > 0 and rt.mode is not Mode.RECORD:
+        check = StepCheck(rt, pairs=rt.admission.step_pairs)
+        _STEP_HOOKS[model] = (
+            model.register_forward_pre_hook(check.before),
+            model.register_forward_hook(check.after),
+        )
 
 
 def _is_conv1d(module: Any) -> bool:

@@ -134,6 +134,10 @@ class Route:
     gain: float | None = None
     # The gain over inductor's own product of the problem, once a compiled graph asked.
     compiled_gain: float | None = None
+    # The model's steps' gain with this winner, once a step check timed them (`steps`), and
+    # whether the check's current step runs the default instead.
+    step_gain: float | None = None
+    held: bool = False
 
     @property
     def in_trial(self) -> bool:
@@ -155,6 +159,8 @@ class RuntimeStats:
     faults: int = 0
     # winners admitted head to head that lost on the program's own calls
     lost_in_program: int = 0
+    # winners kept by their trials that did not make the model's steps faster
+    lost_in_steps: int = 0
     revalidated: int = 0
     fleet_winners: int = 0
     admission_ms: float = 0.0
@@ -182,6 +188,9 @@ class AdmissionSettings:
     # A layer whose every route keeps the default gets its own forward back after this
     # many such calls in a row (0: never). Not in record mode, which counts every call.
     settle_after: int = 64
+    # Once a model's winners ended their trials, its steps run this many times each way,
+    # with and without them, and they stay only if the steps gain (0: no step check).
+    step_pairs: int = 12
 
 
 class Runtime:
@@ -225,6 +234,8 @@ class Runtime:
         self.native_backends = native_backends
         self.stats = RuntimeStats()
         self.routes: dict[tuple[Any, ...], Route] = {}
+        # Set by each new route, for the step check (`steps.StepCheck`) to look at them.
+        self.routes_changed = False
         # Routes a compiled graph names by number (the custom op's `slot` argument).
         self.slots: list[Route] = []
         self._logged: set[tuple[str, str]] = set()
@@ -254,6 +265,8 @@ class Runtime:
         """Run the route's winner on A and B; on any fault, run the default and stop using it."""
         if route.checks_left > 0:
             return self._checked(route, a, b)
+        if route.held:
+            return self.default(a, b)
         runner = route.runner
         assert runner is not None
         state = self._state
@@ -295,6 +308,7 @@ class Runtime:
             route = self.decide(problem, capturing=_capturing(a))
         if route is not None:
             self.routes[sig] = route
+            self.routes_changed = True
             return route
         return Route(problem=problem, reason="unresolved during graph capture")
 

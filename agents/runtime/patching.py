@@ -128,6 +128,8 @@ def route_product(
     if route.runner is None and not _needs_grad(a, b, bias):
         _quiet(rt)
         return default()
+    if route.held and not _needs_grad(a, b, bias):
+        return default()
     if route.checks_left and route.in_trial and not _needs_grad(a, b, bias):
         # the routed call against the original, each whole
         return rt.trial_call(route, lambda: _plus(rt.call_winner(route, a, b), bias), default)
@@ -191,6 +193,8 @@ def _routing(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
             rt.quiet_calls += 1
             if rt.quiet_calls == rt.settle_at:
                 settle_functions(rt)
+            return original(input, mat2)
+        if route.held:
             return original(input, mat2)
         return rt.run(route, input, mat2)
 
@@ -281,7 +285,7 @@ def linear_layer(rt: Runtime) -> Callable[[Any, Any], Any]:
                 return _linear(input, weight, bias)
             a = input if flat else input.view(-1, input.shape[-1])
             out = _dispatch(rt, route, a, weight.t(), bias)
-        elif route.runner is None:
+        elif route.runner is None or route.held:
             return _linear(input, weight, bias)
         elif route.checks_left and route.in_trial:  # the routed call against the layer's own
             return rt.trial_call(
@@ -355,7 +359,7 @@ def conv1d_layer(rt: Runtime) -> Callable[[Any, Any], Any]:
             routes[x.shape] = route
             quiet.calls = 0
         route.calls += 1
-        if route.runner is None and not _needs_grad(x, weight, bias):
+        if (route.runner is None or route.held) and not _needs_grad(x, weight, bias):
             return _addmm(bias, a, weight).view(*x.shape[:-1], self.nf)
         if route.checks_left and route.in_trial and not _needs_grad(x, weight, bias):
             # the routed call against the layer's own, each whole

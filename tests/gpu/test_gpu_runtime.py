@@ -20,13 +20,14 @@ from tps.candidate import Candidate  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 NVIDIA = torch.version.hip is None
-ANY_GAIN = AdmissionSettings(min_gain=-1.0, rounds=3, target_us=500.0, max_reps=20)
+# Any winner is admitted, and no step check undoes it: these tests count what routes.
+ANY_GAIN = AdmissionSettings(min_gain=-1.0, rounds=3, target_us=500.0, max_reps=20, step_pairs=0)
 
 
-def session_with(tmp_path, winner, problem, **kwargs) -> RuntimeSession:
+def session_with(tmp_path, winner, problem, admission=ANY_GAIN, **kwargs) -> RuntimeSession:
     session = open_session(
         device="cuda", cache=ProbeCache(tmp_path / "cache.json"), bans=tmp_path / "b.json",
-        admission=ANY_GAIN, **kwargs,
+        admission=admission, **kwargs,
     )  # fmt: skip
     rt = session.runtime
     rt.cache.merge(
@@ -187,6 +188,31 @@ def test_layers_without_a_winner_settle_and_a_winner_keeps_routing(tmp_path):
     assert [r.candidate for r in session.runtime.decisions() if r.runner] == [padded]
     err = float((got.float() - expected.float()).norm() / expected.float().norm())
     assert err < 2e-2, err
+    session.close()
+
+
+def test_a_winner_that_slows_the_models_steps_goes_back_to_the_default(tmp_path):
+    """Timed by events on the stream: a winner padded to 4096 in every dimension does 64x
+    the work; admitted with no trial, the model's steps alone send it back."""
+    body = torch.nn.Linear(1024, 1024, device="cuda", dtype=torch.bfloat16)
+    model = torch.nn.Sequential(body, torch.nn.GELU())
+    x = torch.randn(256, 1024, device="cuda", dtype=torch.bfloat16)
+    problem = gemm_problem(x, body.weight.detach().t(), tf32=False)
+    wasteful = Candidate(backend="padded", params={"align": 4096, "inner": "vendor-default"})
+    steps_only = AdmissionSettings(
+        min_gain=-1.0, rounds=3, target_us=500.0, max_reps=20, trial_calls=0, step_pairs=6
+    )
+    session = session_with(tmp_path, wasteful, problem, admission=steps_only)
+    with torch.no_grad():
+        expected = model(x)
+        tune(model, session)
+        outputs = [model(x) for _ in range(1 + 2 * steps_only.step_pairs)]
+    (route,) = [r for r in session.runtime.decisions() if r.problem == problem]
+    assert route.runner is None and route.reason.startswith("lost in the model's steps")
+    assert route.step_gain is not None and route.step_gain < -0.3, route.reason
+    for got in outputs:
+        err = float((got.float() - expected.float()).norm() / expected.float().norm())
+        assert err < 2e-2, err
     session.close()
 
 

@@ -120,6 +120,7 @@ class CaseResult:
     lost_head_to_head: int = 0
     # winners admitted head to head that lost when timed on the program's own calls
     lost_in_program: int = 0
+    lost_in_steps: int = 0
     problems: int = 0
     tunableop_ms: float | None = None
     tunableop_tuning_s: float | None = None
@@ -348,6 +349,7 @@ def run_case(
             "host_bound": r.host_bound,
             "head_to_head": asdict(r.head_to_head) if r.head_to_head else None,
             "compiled_gain": r.compiled_gain,
+            "step_gain": r.step_gain,
             "reason": r.reason,
         }
         for r in decisions
@@ -404,6 +406,7 @@ def _eager(
     result.near_ties = first.runtime.stats.near_ties
     result.lost_head_to_head = first.runtime.stats.lost_head_to_head
     result.lost_in_program = first.runtime.stats.lost_in_program
+    result.lost_in_steps = first.runtime.stats.lost_in_steps
     result.routing_layers = len(host1)
 
 
@@ -758,8 +761,10 @@ def tuned_host(model: Any, run: Callable[[], Any], workdir: Path) -> tuple[Any, 
 
 
 def _steady(run: Callable[[], Any], rt: Any) -> None:
-    """Run forwards until the layers that route nothing have their own forward back."""
-    for _ in range(rt.settle_after + 1):
+    """Run forwards until the winners' trials and their step check have ended, and the
+    layers that route nothing have their own forward back."""
+    trials = rt.admission.verify_calls + rt.admission.trial_calls
+    for _ in range(trials + 2 * rt.admission.step_pairs + rt.settle_after + 1):
         run()
 
 

@@ -22,9 +22,11 @@ from tps.candidate import Candidate
 from tps.hardware import HardwareSpec
 from tps.problem import ProblemKey
 
-# Admits any winner however slow, with no trial in the program: tests of routing must not
-# depend on timing, and count the calls that reach the winner.
-ANY_GAIN = AdmissionSettings(min_gain=-1.0, rounds=3, target_us=200.0, max_reps=5, trial_calls=0)
+# Admits any winner however slow, with no trial in the program and no step check: tests of
+# routing must not depend on timing, and count the calls that reach the winner.
+ANY_GAIN = AdmissionSettings(
+    min_gain=-1.0, rounds=3, target_us=200.0, max_reps=5, trial_calls=0, step_pairs=0
+)
 
 
 class ScaledProvider:

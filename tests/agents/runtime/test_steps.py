@@ -1,0 +1,97 @@
+"""The step check: a model's winners stay only if its whole steps run faster with them."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from agents.runtime import AdmissionSettings, RuntimeSession, patching, tune, untune
+from agents.runtime.keys import gemm_problem
+from tests.agents.runtime.conftest import entry_for, scaled
+
+# Any winner is admitted and no trial runs: the steps alone decide.
+STEPS = AdmissionSettings(
+    min_gain=-1.0, rounds=3, target_us=200.0, max_reps=5, trial_calls=0, step_pairs=4
+)
+
+
+def _model_and_route(make_runtime: Any, cpu_hardware: Any) -> tuple[Any, Any, Any]:
+    model = torch.nn.Sequential(torch.nn.Linear(64, 48), torch.nn.ReLU(), torch.nn.Linear(48, 32))
+    x = torch.randn(3, 64)
+    problem = gemm_problem(x, model[0].weight.t(), tf32=False)
+    rt = make_runtime(
+        entries=[entry_for(problem, cpu_hardware, scaled(scale=1.0))], admission=STEPS
+    )
+    tune(model, RuntimeSession(runtime=rt))
+    return model, x, rt
+
+
+def test_a_winner_that_slows_the_models_steps_goes_back_to_the_default(make_runtime, cpu_hardware):
+    model, x, rt = _model_and_route(make_runtime, cpu_hardware)
+    provider = rt.providers["cpu-scaled"]
+    with torch.no_grad():
+        expected = F.linear(F.relu(F.linear(x, model[0].weight, model[0].bias)), model[2].weight)
+        model(x)  # admits the winner: no trial, so the next steps are the check's
+        (route,) = [r for r in rt.decisions() if r.runner is not None]
+        provider.delay_s = 0.003  # in the program each launch now costs 3 ms more
+        calls = provider.calls
+        outputs = [model(x) for _ in range(2 * STEPS.step_pairs)]
+        assert provider.calls == calls + STEPS.step_pairs  # half the steps held the default
+        assert route.runner is None
+        assert route.reason.startswith("lost in the model's steps")
+        assert route.step_gain is not None and route.step_gain < -0.3
+        assert rt.stats.lost_in_steps == 1
+        calls = provider.calls
+        model(x)
+        assert provider.calls == calls  # the default from now on
+    for y in outputs:
+        assert torch.allclose(y, expected + model[2].bias, atol=1e-4)
+    untune(model)
+
+
+def test_a_winner_that_speeds_up_the_models_steps_stays(
+    make_runtime, cpu_hardware, monkeypatch: pytest.MonkeyPatch
+):
+    def slow_linear(*args: Any) -> Any:  # the layer's own forward costs 3 ms more
+        time.sleep(0.003)
+        return F.linear(*args)
+
+    model, x, rt = _model_and_route(make_runtime, cpu_hardware)
+    provider = rt.providers["cpu-scaled"]
+    with torch.no_grad():
+        model(x)
+        (route,) = [r for r in rt.decisions() if r.runner is not None]
+        monkeypatch.setattr(patching, "_linear", slow_linear)
+        for _ in range(2 * STEPS.step_pairs):
+            model(x)
+        assert route.runner is not None and route.step_gain is not None
+        assert route.step_gain > 0.3
+        assert rt.stats.lost_in_steps == 0
+        calls = provider.calls
+        for _ in range(3):
+            model(x)
+        assert provider.calls == calls + 3  # kept: every call runs the winner, unchecked
+    untune(model)
+
+
+def test_steps_that_train_are_not_timed(make_runtime, cpu_hardware):
+    model, x, rt = _model_and_route(make_runtime, cpu_hardware)
+    with torch.no_grad():
+        model(x)
+    (route,) = [r for r in rt.decisions() if r.runner is not None]
+    for _ in range(3 * STEPS.step_pairs):
+        model(x).sum().backward()
+    assert route.step_gain is None and route.runner is not None
+    untune(model)
+
+
+def test_untune_and_a_second_tune_leave_one_check_or_none(make_runtime, cpu_hardware):
+    model, _, rt = _model_and_route(make_runtime, cpu_hardware)
+    tune(model, RuntimeSession(runtime=rt))
+    assert len(model._forward_pre_hooks) == 1 and len(model._forward_hooks) == 1
+    untune(model)
+    assert not model._forward_pre_hooks and not model._forward_hooks
