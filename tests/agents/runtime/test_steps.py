@@ -95,3 +95,32 @@ def test_untune_and_a_second_tune_leave_one_check_or_none(make_runtime, cpu_hard
     assert len(model._forward_pre_hooks) == 1 and len(model._forward_hooks) == 1
     untune(model)
     assert not model._forward_pre_hooks and not model._forward_hooks
+
+
+def test_the_steps_are_timed_once_the_trials_ended_and_again_for_new_winners(
+    make_runtime, cpu_hardware
+):
+    trials = AdmissionSettings(
+        min_gain=-1.0, rounds=3, target_us=200.0, max_reps=5, trial_calls=4, step_pairs=2
+    )
+    model = torch.nn.Sequential(torch.nn.Linear(64, 48), torch.nn.ReLU(), torch.nn.Linear(48, 32))
+    x = torch.randn(3, 64)
+    problem = gemm_problem(x, model[0].weight.t(), tf32=False)
+    rt = make_runtime(
+        entries=[entry_for(problem, cpu_hardware, scaled(scale=1.0))], admission=trials
+    )
+    tune(model, RuntimeSession(runtime=rt))
+    steps = trials.verify_calls + trials.trial_calls + 2 * trials.step_pairs
+    with torch.no_grad():
+        for _ in range(steps - 1):
+            model(x)
+        (route,) = [r for r in rt.decisions() if r.problem == problem]
+        assert route.trial is None and route.step_gain is None  # the last pair still runs
+        model(x)
+        assert route.step_gain is not None
+        rt.forget({problem.key_hash()})  # a warm start or a version change decides it anew
+        for _ in range(steps):
+            model(x)
+        (again,) = [r for r in rt.decisions() if r.problem == problem]
+        assert again is not route and again.step_gain is not None
+    untune(model)
