@@ -764,7 +764,14 @@ def _steady(run: Callable[[], Any], rt: Any) -> None:
     """Run forwards until the winners' trials and their step check have ended, and the
     layers that route nothing have their own forward back."""
     trials = rt.admission.verify_calls + rt.admission.trial_calls
-    for _ in range(trials + 2 * rt.admission.step_pairs + rt.settle_after + 1):
+    for _ in range(trials):
+        run()
+    # one step check per problem with a new winner, each 2 * step_pairs forwards
+    for _ in range(64 * rt.admission.step_pairs):
+        if not any(r.runner is not None and r.step_gain is None for r in rt.routes.values()):
+            break
+        run()
+    for _ in range(rt.settle_after + 1):
         run()
 
 

@@ -52,10 +52,12 @@ class ScaledProvider:
         scale = float(candidate.params.get("scale", 1.0))
         fail_after = int(candidate.params.get("fail_after", -1))
 
+        delay_s = float(candidate.params.get("delay_ms", 0.0)) / 1e3
+
         def run() -> Any:
             self.calls += 1
-            if self.delay_s:
-                time.sleep(self.delay_s)
+            if self.delay_s or delay_s:
+                time.sleep(self.delay_s or delay_s)
             if 0 <= fail_after < self.calls:
                 raise RuntimeError("launch failed: an illegal memory access")
             return torch.matmul(operands.a, operands.b) * scale

@@ -124,3 +124,36 @@ def test_the_steps_are_timed_once_the_trials_ended_and_again_for_new_winners(
         (again,) = [r for r in rt.decisions() if r.problem == problem]
         assert again is not route and again.step_gain is not None
     untune(model)
+
+
+def test_each_problems_winner_is_judged_on_its_own(
+    make_runtime, cpu_hardware, monkeypatch: pytest.MonkeyPatch
+):
+    def slow_linear(*args: Any) -> Any:  # each layer's own forward costs 3 ms more
+        time.sleep(0.003)
+        return F.linear(*args)
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 48), torch.nn.ReLU(), torch.nn.Linear(48, 32))
+    x = torch.randn(3, 64)
+    first = gemm_problem(x, model[0].weight.t(), tf32=False)
+    second = gemm_problem(torch.randn(3, 48), model[2].weight.t(), tf32=False)
+    slower = scaled(scale=1.0, delay_ms=9.0)  # 6 ms more than the slowed default
+    rt = make_runtime(
+        entries=[
+            entry_for(first, cpu_hardware, slower),
+            entry_for(second, cpu_hardware, scaled(scale=1.0)),
+        ],
+        admission=STEPS,
+    )
+    tune(model, RuntimeSession(runtime=rt))
+    with torch.no_grad():
+        model(x)
+        monkeypatch.setattr(patching, "_linear", slow_linear)
+        for _ in range(2 * 2 * STEPS.step_pairs):  # two problems, one after the other
+            model(x)
+    (lost,) = [r for r in rt.decisions() if r.problem == first]
+    (kept,) = [r for r in rt.decisions() if r.problem == second]
+    assert lost.runner is None and lost.step_gain is not None and lost.step_gain < -0.1
+    assert kept.runner is not None and kept.step_gain is not None and kept.step_gain > 0.1
+    assert rt.stats.lost_in_steps == 1
+    untune(model)
