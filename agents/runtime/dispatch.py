@@ -234,8 +234,8 @@ class Runtime:
         self.native_backends = native_backends
         self.stats = RuntimeStats()
         self.routes: dict[tuple[Any, ...], Route] = {}
-        # Set by each new route, for the step check (`steps.StepCheck`) to look at them.
-        self.routes_changed = False
+        # Counts the routes made, for the step checks (`steps.StepCheck`) to see new ones.
+        self.route_serial = 0
         # Routes a compiled graph names by number (the custom op's `slot` argument).
         self.slots: list[Route] = []
         self._logged: set[tuple[str, str]] = set()
@@ -308,7 +308,7 @@ class Runtime:
             route = self.decide(problem, capturing=_capturing(a))
         if route is not None:
             self.routes[sig] = route
-            self.routes_changed = True
+            self.route_serial += 1
             return route
         return Route(problem=problem, reason="unresolved during graph capture")
 

@@ -41,6 +41,10 @@ class StepCheck:
         self.checking: list[Route] = []
         self.samples: list[tuple[bool, Any, Any]] = []
         self._step: tuple[bool, Any] | None = None
+        # The runtime's route count when this check last found nothing new to take.
+        self._serial = -1
+        # Each route's calls before a step that looks for new winners (routes by id).
+        self._counts: dict[int, int] | None = None
 
     # forward hooks of the model's root module
     def before(self, module: Any, args: Any) -> None:
@@ -51,11 +55,10 @@ class StepCheck:
             self._step = None
         rt = self.runtime
         if not self.checking:
-            if not rt.routes_changed:
-                return
-            self._look()
-            if not self.checking:
-                return
+            if rt.route_serial != self._serial:
+                # this step looks: the routes it calls are the model's
+                self._counts = {id(r): r.calls for r in rt.routes.values()}
+            return
         capturing = rt.device.is_gpu and torch.cuda.is_current_stream_capturing()
         if torch.is_grad_enabled() or capturing:
             return
@@ -64,6 +67,11 @@ class StepCheck:
         self._step = (held, self._stamp())
 
     def after(self, module: Any, args: Any, output: Any) -> None:
+        if self._counts is not None:
+            counts, self._counts = self._counts, None
+            routes = self.runtime.routes.values()
+            self._look([r for r in routes if r.calls != counts.get(id(r), 0)])
+            return
         if self._step is None:
             return
         held, start = self._step
@@ -74,20 +82,25 @@ class StepCheck:
             self._decide()
 
     # ---------------------------------------------------------------------------------------
-    def _look(self) -> None:
-        """Take the new winners of one problem (every layer that runs it), once no trial runs.
+    def _look(self, called: list[Route]) -> None:
+        """Take the new winners of one problem among the routes a step `called` (every layer
+        that runs it), once none of those is in its trial.
 
         One problem at a time: a winner that gains is not sent back with one that loses,
-        and a problem that many layers run is judged on all of them at once.
+        and a problem that many layers run is judged on all of them at once. Only what the
+        model's step calls: another model of the same runtime has steps of its own.
         """
-        routes = list(self.runtime.routes.values())
-        if any(r.runner is not None and r.checks_left > 0 for r in routes):
+        if any(r.runner is not None and r.checks_left > 0 for r in called):
             return  # a trial still runs: its calls alternate on their own
-        new = [r for r in routes if r.runner is not None and r.step_gain is None]
-        problems = {r.problem.key_hash() for r in new if r.problem is not None}
-        first = next(iter(sorted(problems)), None)
-        self.checking = [r for r in new if r.problem is not None and r.problem.key_hash() == first]
-        self.runtime.routes_changed = len(problems) > 1  # the others are next
+        new = [r for r in called if r.runner is not None and r.step_gain is None]
+        problems = sorted({r.problem.key_hash() for r in new if r.problem is not None})
+        if len(problems) <= 1:  # the others, if any, are taken by the next looks
+            self._serial = self.runtime.route_serial
+        if problems:
+            first = problems[0]
+            self.checking = [
+                r for r in new if r.problem is not None and r.problem.key_hash() == first
+            ]
         self.samples = []
 
     def _hold(self, *, held: bool) -> None:

@@ -149,7 +149,8 @@ def test_each_problems_winner_is_judged_on_its_own(
     with torch.no_grad():
         model(x)
         monkeypatch.setattr(patching, "_linear", slow_linear)
-        for _ in range(2 * 2 * STEPS.step_pairs):  # two problems, one after the other
+        # two problems, one after the other; the second is taken by a step of its own
+        for _ in range(2 * 2 * STEPS.step_pairs + 1):
             model(x)
     (lost,) = [r for r in rt.decisions() if r.problem == first]
     (kept,) = [r for r in rt.decisions() if r.problem == second]
@@ -157,3 +158,28 @@ def test_each_problems_winner_is_judged_on_its_own(
     assert kept.runner is not None and kept.step_gain is not None and kept.step_gain > 0.1
     assert rt.stats.lost_in_steps == 1
     untune(model)
+
+
+def test_a_models_check_takes_only_the_winners_its_steps_run(make_runtime, cpu_hardware):
+    first, second = torch.nn.Linear(64, 48), torch.nn.Linear(32, 16)
+    x, y = torch.randn(3, 64), torch.randn(3, 32)
+    problems = [gemm_problem(x, first.weight.t(), tf32=False)]
+    problems.append(gemm_problem(y, second.weight.t(), tf32=False))
+    entries = [entry_for(p, cpu_hardware, scaled(scale=1.0)) for p in problems]
+    rt = make_runtime(entries=entries, admission=STEPS)
+    session = RuntimeSession(runtime=rt)
+    tune(first, session)
+    tune(second, session)
+    with torch.no_grad():
+        second(y)  # admits the second model's winner; then only the first model runs
+        for _ in range(1 + 2 * STEPS.step_pairs):
+            first(x)
+        (mine,) = [r for r in rt.decisions() if r.problem == problems[0]]
+        (other,) = [r for r in rt.decisions() if r.problem == problems[1]]
+        assert mine.step_gain is not None
+        assert other.step_gain is None and not other.held  # not timed in another's steps
+        for _ in range(1 + 2 * STEPS.step_pairs):
+            second(y)
+        assert other.step_gain is not None
+    untune(first)
+    untune(second)
