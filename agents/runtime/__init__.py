@@ -100,8 +100,7 @@ def untune(model: Any) -> None:
     """Give `model`'s layers their own forward back, for good."""
     from agents.runtime import patching
 
-    for handle in _STEP_HOOKS.pop(model, ()):
-        handle.remove()
+    _stop_checking(model)
     layers = {id(m) for m in model.modules()}
     for rt in patching.RUNTIMES:  # settled layers stay settled
         rt.settled = [(ref, f) for ref, f in rt.settled if id(ref()) not in layers]
@@ -110,22 +109,27 @@ def untune(model: Any) -> None:
             del module.forward
 
 
-# Each tuned model's step check hooks (`steps.StepCheck`), removed by `untune` or a new `tune`.
-_STEP_HOOKS: weakref.WeakKeyDictionary[Any, tuple[Any, ...]] = weakref.WeakKeyDictionary()
+# Each tuned model's step check (`steps.StepCheck`), undone by `untune` or a new `tune`.
+_STEP_CHECKS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 def _check_steps(model: Any, rt: Runtime) -> None:
     """Time `model`'s forward with and without its new winners (`AdmissionSettings.step_pairs`)."""
     from agents.runtime.steps import StepCheck
 
-    for handle in _STEP_HOOKS.pop(model, ()):
-        handle.remove()
+    _stop_checking(model)
     if rt.admission.step_pairs > 0 and rt.mode is not Mode.RECORD:
-        check = StepCheck(rt, pairs=rt.admission.step_pairs)
-        _STEP_HOOKS[model] = (
-            model.register_forward_pre_hook(check.before),
-            model.register_forward_hook(check.after),
-        )
+        check = StepCheck(rt, model, pairs=rt.admission.step_pairs)
+        _STEP_CHECKS[model] = check
+        rt.on_new_route.append(check.arm)
+        check.arm()
+
+
+def _stop_checking(model: Any) -> None:
+    check = _STEP_CHECKS.pop(model, None)
+    if check is not None:
+        check.disarm()
+        check.runtime.on_new_route.remove(check.arm)
 
 
 def _is_conv1d(module: Any) -> bool:

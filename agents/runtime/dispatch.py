@@ -234,8 +234,10 @@ class Runtime:
         self.native_backends = native_backends
         self.stats = RuntimeStats()
         self.routes: dict[tuple[Any, ...], Route] = {}
-        # Counts the routes made, for the step checks (`steps.StepCheck`) to see new ones.
+        # Counts the routes made, for the step checks (`steps.StepCheck`) to see new ones,
+        # and what each new route calls (a step check's `arm`).
         self.route_serial = 0
+        self.on_new_route: list[Callable[[], None]] = []
         # Routes a compiled graph names by number (the custom op's `slot` argument).
         self.slots: list[Route] = []
         self._logged: set[tuple[str, str]] = set()
@@ -309,6 +311,8 @@ class Runtime:
         if route is not None:
             self.routes[sig] = route
             self.route_serial += 1
+            for call in self.on_new_route:
+                call()
             return route
         return Route(problem=problem, reason="unresolved during graph capture")
 

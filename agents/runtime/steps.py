@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import statistics
 import time
+import weakref
 from typing import Any
 
 import torch
@@ -34,10 +35,14 @@ _HELD = (True, False, False, True)
 class StepCheck:
     """Time a model's steps with and without its winners that no step check has kept yet."""
 
-    def __init__(self, runtime: Runtime, *, pairs: int, min_gain: float = 0.0) -> None:
+    def __init__(self, runtime: Runtime, model: Any, *, pairs: int, min_gain: float = 0.0) -> None:
         self.runtime = runtime
+        self.model = weakref.ref(model)
         self.pairs = pairs
         self.min_gain = min_gain
+        # The model's hooks while the check has something to look at or time: a module with
+        # no hooks takes torch's fast call path, so a settled model pays nothing.
+        self._hooks: tuple[Any, ...] = ()
         self.checking: list[Route] = []
         self.samples: list[tuple[bool, Any, Any]] = []
         self._step: tuple[bool, Any] | None = None
@@ -45,6 +50,20 @@ class StepCheck:
         self._serial = -1
         # Each route's calls before a step that looks for new winners (routes by id).
         self._counts: dict[int, int] | None = None
+
+    def arm(self) -> None:
+        """Hook the model's forward (a new route may be a new winner to time)."""
+        model = self.model()
+        if not self._hooks and model is not None:
+            self._hooks = (
+                model.register_forward_pre_hook(self.before),
+                model.register_forward_hook(self.after),
+            )
+
+    def disarm(self) -> None:
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = ()
 
     # forward hooks of the model's root module
     def before(self, module: Any, args: Any) -> None:
@@ -55,8 +74,9 @@ class StepCheck:
             self._step = None
         rt = self.runtime
         if not self.checking:
-            if rt.route_serial != self._serial:
-                # this step looks: the routes it calls are the model's
+            if rt.route_serial == self._serial:
+                self.disarm()  # nothing new: until the next new route
+            else:  # this step looks: the routes it calls are the model's
                 self._counts = {id(r): r.calls for r in rt.routes.values()}
             return
         capturing = rt.device.is_gpu and torch.cuda.is_current_stream_capturing()

@@ -75,6 +75,9 @@ def test_a_winner_that_speeds_up_the_models_steps_stays(
         for _ in range(3):
             model(x)
         assert provider.calls == calls + 3  # kept: every call runs the winner, unchecked
+        assert not model._forward_pre_hooks and not model._forward_hooks  # nothing to time
+        model(torch.randn(5, 64))  # a new shape: a new route, maybe a new winner
+        assert len(model._forward_pre_hooks) == 1 and len(model._forward_hooks) == 1
     untune(model)
 
 
