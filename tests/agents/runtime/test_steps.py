@@ -19,12 +19,24 @@ STEPS = AdmissionSettings(
 )
 
 
-def _model_and_route(make_runtime: Any, cpu_hardware: Any) -> tuple[Any, Any, Any]:
-    model = torch.nn.Sequential(torch.nn.Linear(64, 48), torch.nn.ReLU(), torch.nn.Linear(48, 32))
+def _two_layers() -> torch.nn.Sequential:
+    return torch.nn.Sequential(torch.nn.Linear(64, 48), torch.nn.ReLU(), torch.nn.Linear(48, 32))
+
+
+def _slow_linear(*args: Any) -> Any:
+    """A layer's own forward that costs 3 ms more: a default a winner can beat."""
+    time.sleep(0.003)
+    return F.linear(*args)
+
+
+def _model_and_route(
+    make_runtime: Any, cpu_hardware: Any, admission: AdmissionSettings = STEPS
+) -> tuple[Any, Any, Any]:
+    model = _two_layers()
     x = torch.randn(3, 64)
     problem = gemm_problem(x, model[0].weight.t(), tf32=False)
     rt = make_runtime(
-        entries=[entry_for(problem, cpu_hardware, scaled(scale=1.0))], admission=STEPS
+        entries=[entry_for(problem, cpu_hardware, scaled(scale=1.0))], admission=admission
     )
     tune(model, RuntimeSession(runtime=rt))
     return model, x, rt
@@ -56,16 +68,12 @@ def test_a_winner_that_slows_the_models_steps_goes_back_to_the_default(make_runt
 def test_a_winner_that_speeds_up_the_models_steps_stays(
     make_runtime, cpu_hardware, monkeypatch: pytest.MonkeyPatch
 ):
-    def slow_linear(*args: Any) -> Any:  # the layer's own forward costs 3 ms more
-        time.sleep(0.003)
-        return F.linear(*args)
-
     model, x, rt = _model_and_route(make_runtime, cpu_hardware)
     provider = rt.providers["cpu-scaled"]
     with torch.no_grad():
         model(x)
         (route,) = [r for r in rt.decisions() if r.runner is not None]
-        monkeypatch.setattr(patching, "_linear", slow_linear)
+        monkeypatch.setattr(patching, "_linear", _slow_linear)
         for _ in range(2 * STEPS.step_pairs):
             model(x)
         assert route.runner is not None and route.step_gain is not None
@@ -106,13 +114,8 @@ def test_the_steps_are_timed_once_the_trials_ended_and_again_for_new_winners(
     trials = AdmissionSettings(
         min_gain=-1.0, rounds=3, target_us=200.0, max_reps=5, trial_calls=4, step_pairs=2
     )
-    model = torch.nn.Sequential(torch.nn.Linear(64, 48), torch.nn.ReLU(), torch.nn.Linear(48, 32))
-    x = torch.randn(3, 64)
+    model, x, rt = _model_and_route(make_runtime, cpu_hardware, trials)
     problem = gemm_problem(x, model[0].weight.t(), tf32=False)
-    rt = make_runtime(
-        entries=[entry_for(problem, cpu_hardware, scaled(scale=1.0))], admission=trials
-    )
-    tune(model, RuntimeSession(runtime=rt))
     steps = trials.verify_calls + trials.trial_calls + 2 * trials.step_pairs
     with torch.no_grad():
         for _ in range(steps - 1):
@@ -132,11 +135,7 @@ def test_the_steps_are_timed_once_the_trials_ended_and_again_for_new_winners(
 def test_each_problems_winner_is_judged_on_its_own(
     make_runtime, cpu_hardware, monkeypatch: pytest.MonkeyPatch
 ):
-    def slow_linear(*args: Any) -> Any:  # each layer's own forward costs 3 ms more
-        time.sleep(0.003)
-        return F.linear(*args)
-
-    model = torch.nn.Sequential(torch.nn.Linear(64, 48), torch.nn.ReLU(), torch.nn.Linear(48, 32))
+    model = _two_layers()
     x = torch.randn(3, 64)
     first = gemm_problem(x, model[0].weight.t(), tf32=False)
     second = gemm_problem(torch.randn(3, 48), model[2].weight.t(), tf32=False)
@@ -151,7 +150,7 @@ def test_each_problems_winner_is_judged_on_its_own(
     tune(model, RuntimeSession(runtime=rt))
     with torch.no_grad():
         model(x)
-        monkeypatch.setattr(patching, "_linear", slow_linear)
+        monkeypatch.setattr(patching, "_linear", _slow_linear)
         # two problems, one after the other; the second is taken by a step of its own
         for _ in range(2 * 2 * STEPS.step_pairs + 1):
             model(x)
