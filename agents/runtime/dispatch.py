@@ -234,9 +234,7 @@ class Runtime:
         self.native_backends = native_backends
         self.stats = RuntimeStats()
         self.routes: dict[tuple[Any, ...], Route] = {}
-        # Counts the routes made, for the step checks (`steps.StepCheck`) to see new ones,
-        # and what each new route calls (a step check's `arm`).
-        self.route_serial = 0
+        # What each new route calls: the step checks' `arm` (`steps.StepCheck`).
         self.on_new_route: list[Callable[[], None]] = []
         # Routes a compiled graph names by number (the custom op's `slot` argument).
         self.slots: list[Route] = []
@@ -267,8 +265,6 @@ class Runtime:
         """Run the route's winner on A and B; on any fault, run the default and stop using it."""
         if route.checks_left > 0:
             return self._checked(route, a, b)
-        if route.held:
-            return self.default(a, b)
         runner = route.runner
         assert runner is not None
         state = self._state
@@ -310,7 +306,6 @@ class Runtime:
             route = self.decide(problem, capturing=_capturing(a))
         if route is not None:
             self.routes[sig] = route
-            self.route_serial += 1
             for call in self.on_new_route:
                 call()
             return route

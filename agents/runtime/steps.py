@@ -46,13 +46,14 @@ class StepCheck:
         self.checking: list[Route] = []
         self.samples: list[tuple[bool, Any, Any]] = []
         self._step: tuple[bool, Any] | None = None
-        # The runtime's route count when this check last found nothing new to take.
-        self._serial = -1
+        # Whether a route was made since this check last found nothing new to take.
+        self._pending = True
         # Each route's calls before a step that looks for new winners (routes by id).
         self._counts: dict[int, int] | None = None
 
     def arm(self) -> None:
         """Hook the model's forward (a new route may be a new winner to time)."""
+        self._pending = True
         model = self.model()
         if not self._hooks and model is not None:
             self._hooks = (
@@ -74,7 +75,7 @@ class StepCheck:
             self._step = None
         rt = self.runtime
         if not self.checking:
-            if rt.route_serial == self._serial:
+            if not self._pending:
                 self.disarm()  # nothing new: until the next new route
             else:  # this step looks: the routes it calls are the model's
                 self._counts = {id(r): r.calls for r in rt.routes.values()}
@@ -115,7 +116,7 @@ class StepCheck:
         new = [r for r in called if r.runner is not None and r.step_gain is None]
         problems = sorted({r.problem.key_hash() for r in new if r.problem is not None})
         if len(problems) <= 1:  # the others, if any, are taken by the next looks
-            self._serial = self.runtime.route_serial
+            self._pending = False
         if problems:
             first = problems[0]
             self.checking = [
@@ -152,33 +153,16 @@ class StepCheck:
         default_ms = statistics.median(t for held, t in timed if held)
         winners_ms = statistics.median(t for held, t in timed if not held)
         checked, self.checking, self.samples = self.checking, [], []
+        kept = gain > self.min_gain
+        timing = (
+            f"the steps took {winners_ms:.3f} ms with the winners against {default_ms:.3f} ms "
+            f"without ({gain:+.1%}, {len(ratios)} pairs)"
+        )
+        log.info("%d winner(s) %s: %s", len(checked), "kept" if kept else "lost", timing)
         for route in checked:
             route.step_gain = gain
-        if gain > self.min_gain:
-            log.info(
-                "%d winner(s) kept: the model's steps took %.3f ms with them, %.3f ms without "
-                "(%+.1f%%, %d pairs)",
-                len(checked),
-                winners_ms,
-                default_ms,
-                100 * gain,
-                len(ratios),
-            )
-            return
-        self.runtime.stats.lost_in_steps += len(checked)
-        for route in checked:
-            route.runner = None
-            route.reason = (
-                f"lost in the model's steps: {route.reason}, but the steps took "
-                f"{winners_ms:.3f} ms with the winners against {default_ms:.3f} ms without "
-                f"({gain:+.1%}, {len(ratios)} pairs)"
-            )
-        log.info(
-            "%d winner(s) back to the default: the model's steps took %.3f ms with them, "
-            "%.3f ms without (%+.1f%%, %d pairs)",
-            len(checked),
-            winners_ms,
-            default_ms,
-            100 * gain,
-            len(ratios),
-        )
+            if not kept:
+                route.runner = None
+                route.reason = f"lost in the model's steps: {route.reason}, but {timing}"
+        if not kept:
+            self.runtime.stats.lost_in_steps += len(checked)
