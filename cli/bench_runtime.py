@@ -51,8 +51,9 @@ def bench_runtime(
         typer.Option(
             "--compile",
             help="default, max-autotune, gemm-only (host 2 without kernel tuning; "
-            "with default) and/or host-timed (a host whose GEMM search times host launches; "
-            "with default); none to skip",
+            "with default), host-timed (a host whose GEMM search times host launches; "
+            "with default) and/or single-search (a host whose search's one timing decides, "
+            "no finalists timed again; with default); none to skip",
         ),
     ] = ["default", "max-autotune", "gemm-only"],  # noqa: B006
     out: Annotated[Path | None, typer.Option(help="append each case's JSON line here")] = None,

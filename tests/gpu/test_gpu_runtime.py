@@ -252,6 +252,42 @@ def test_compiled_searches_a_product_once_and_a_second_host_compiles_it_with_no_
     first.close(), second.close()
 
 
+def test_compiled_compiles_the_fastest_of_a_searchs_finalists_timed_again(tmp_path):
+    """Host 1 times its search's finalists again; inductor compiles their fastest median,
+    which is the winner recorded for the fleet."""
+    import re
+
+    import torch._inductor.config as inductor_config
+    from torch._inductor.utils import run_and_get_code
+
+    from agents.runtime import compiled
+
+    layer = torch.nn.Linear(1024, 1024, bias=False, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(16, 1024, device="cuda", dtype=torch.bfloat16)
+    first, runs = fleet_host(tmp_path, "host1"), []
+    first.runtime.on_probe = runs.append
+    with inductor_config.patch(force_disable_caches=True), torch.no_grad():
+        torch._dynamo.reset()
+        f = torch.compile(lambda t: layer(t))
+        with compiled(first, tune_kernels=False) as fleet:
+            y, codes = run_and_get_code(f, x)
+    assert fleet.stats.searched == 1 and fleet.stats.retimed == 1
+    (run,) = runs
+    again = [m for m in run.measurements if m.samples == fleet.rounds]
+    winner = next(m for m in run.measurements if m.candidate.id == run.winner_id)
+    assert len(again) >= 2 and winner in again
+    assert winner.median_us == min(m.median_us for m in again)
+    code = "\n".join(codes)
+    params = winner.candidate.params
+    if str(params["template_id"]).startswith("aten::"):
+        assert "extern_kernels.mm" in code
+    else:
+        for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
+            assert re.search(rf"{name}\s*:\s*tl.constexpr\s*=\s*{params[name]}\b", code), name
+    torch.testing.assert_close(y, x @ layer.weight.t(), atol=2e-2, rtol=2e-2)
+    first.close()
+
+
 def test_compiled_tunes_a_decode_step_once_and_a_second_host_runs_it_untuned(tmp_path):
     """Batch-1 products become fused reductions; host 1 tunes each kernel, host 2 tunes none."""
     import torch._inductor.config as inductor_config

@@ -82,6 +82,8 @@ COMPILED_RATIOS = (
     ("second_host_gemm_only_vs_max_autotune", "max_autotune", "second_host_gemm_only"),
     ("host_timed_vs_max_autotune", "max_autotune", "host_timed_compile_tps"),
     ("compile_tps_vs_host_timed", "host_timed_compile_tps", "compile_tps"),
+    ("single_search_vs_max_autotune", "max_autotune", "single_search_compile_tps"),
+    ("compile_tps_vs_single_search", "single_search_compile_tps", "compile_tps"),
 )
 
 
@@ -158,6 +160,11 @@ class CaseResult:
     host_timed_compile_tps_ms: float | None = None
     host_timed_vs_max_autotune: float | None = None
     compile_tps_vs_host_timed: float | None = None
+    # a host of its own whose search's one timing decides (no finalists timed again)
+    single_search_compile_tps_ms: float | None = None
+    single_search_vs_max_autotune: float | None = None
+    compile_tps_vs_single_search: float | None = None
+    compile_tps_retimed: int | None = None
     second_host_probes: int | None = None
     second_host_speedup: float | None = None
     second_host_warm_start_s: float | None = None
@@ -471,6 +478,7 @@ def _compiled(
             with tps_runtime.compiled(fleet.first) as searched:
                 result.compile_tps_tuning_s = first_call(variants["compile_tps"], "compile_tps")
             result.compile_tps_searched = searched.stats.searched
+            result.compile_tps_retimed = searched.stats.retimed
             result.compile_tps_kernels_tuned = searched.stats.kernels_tuned
             fleet.first.flush()  # host 1's searches go to the service
             if fleet.service is not None:
@@ -514,6 +522,18 @@ def _compiled(
                 with tps_runtime.compiled(timed, device_time=False):
                     first_call(variants["host_timed_compile_tps"], "host_timed_compile_tps")
                 timed.close()
+            if "single-search" in compile_modes:
+                # A host of its own, outside the fleet, whose search's one timing decides.
+                _new_process_kernels()
+                single = _host(device, fleet.workdir, "single-search", None, None)
+                variants["single_search_compile_tps"] = forward(
+                    torch.compile(
+                        copy.deepcopy(model), options={**gemm_search, "trace.graph_diagram": False}
+                    )
+                )
+                with tps_runtime.compiled(single, finalists=0):
+                    first_call(variants["single_search_compile_tps"], "single_search_compile_tps")
+                single.close()
     if searches is not None:
         saver.feedback_saver_fns.remove(searches)
     if not variants:
@@ -533,6 +553,7 @@ def _compiled(
             result.intervals[name] = [paired, *clock.interval(numerator, denominator)]
     result.second_host_gemm_only_ms = times.get("second_host_gemm_only")
     result.host_timed_compile_tps_ms = times.get("host_timed_compile_tps")
+    result.single_search_compile_tps_ms = times.get("single_search_compile_tps")
 
 
 def _new_process_kernels() -> None:

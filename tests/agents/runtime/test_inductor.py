@@ -12,6 +12,7 @@ import torch
 from agents.runtime import RuntimeSession, compiled
 from agents.runtime.inductor import (
     BACKEND,
+    FINALISTS,
     InductorFleet,
     _choices_class,
     config_candidate,
@@ -185,6 +186,144 @@ def test_a_hit_serves_the_fastest_few_and_the_fastest_extern_choice(make_runtime
     ]
     with pytest.raises(ValueError, match="shortlist"):
         InductorFleet(RuntimeSession(runtime=make_runtime()), shortlist=0)
+
+
+class Bench:
+    """Inductor's profiler-timed benchmark of chosen choices, as the feedback receives it:
+    each call answers the times of `again` (ms by BLOCK_M) for the choices it is given."""
+
+    def __init__(self, again: dict[int, float], *, fail: bool = False) -> None:
+        self.again = again
+        self.fail = fail
+        self.calls: list[list[int]] = []
+
+    def __call__(self, choices_override: list[Any] | None = None) -> dict[Any, float]:
+        blocks = [c.annotations["tps"][1].params["BLOCK_M"] for c in choices_override or []]
+        self.calls.append(blocks)
+        if self.fail:
+            raise RuntimeError("CUDA error: an illegal memory access")
+        return {c: self.again[b] for c, b in zip(choices_override or [], blocks, strict=True)}
+
+
+def tagged_search(problem, timings_ms: dict[int, float]) -> dict[Any, float]:
+    return {
+        Choice({"tps": (problem.key_hash(), config_candidate("triton::mm", {"BLOCK_M": b}))}): ms
+        for b, ms in timings_ms.items()
+    }
+
+
+def block_of(choice: Any) -> int:
+    return int(choice.annotations["tps"][1].params["BLOCK_M"])
+
+
+# One search: 32 led by 5%; 64 and 128 within 10% of it are finalists, 16 and 256 are not.
+FIRST_SEARCH = {32: 0.0100, 64: 0.0105, 128: 0.0108, 16: 0.0125, 256: math.inf}
+AGAIN = {32: 0.0112, 64: 0.0090, 128: 0.0111}
+
+
+def test_a_searchs_finalists_are_timed_again_and_their_medians_choose(make_runtime):
+    """The winner inductor compiles and the fleet records is the finalists' fastest median."""
+    runs = []
+    rt = make_runtime()
+    rt.on_probe = runs.append
+    fleet = InductorFleet(RuntimeSession(runtime=rt))
+    problem = mm_problem()
+    fleet._problems[problem.key_hash()] = problem
+    timings = tagged_search(problem, FIRST_SEARCH)
+    bench = Bench(AGAIN)
+    fleet.feedback(timings, "mm", [], list(timings), bench, {})
+    # three rounds of the three finalists, each round starting one further along
+    assert bench.calls == [[32, 64, 128], [64, 128, 32], [128, 32, 64]]
+    # inductor reads the same dict next: the finalists' medians, the rest no faster
+    assert block_of(min(timings, key=timings.__getitem__)) == 64
+    by_block = {block_of(c): ms for c, ms in timings.items()}
+    assert by_block[64] == AGAIN[64] and by_block[32] == AGAIN[32]
+    assert by_block[16] == 0.0125 and math.isinf(by_block[256])
+    (run,) = runs
+    recorded = {m.candidate.params["BLOCK_M"]: m for m in run.measurements}
+    assert run.winner_id == recorded[64].candidate.id
+    assert recorded[64].median_us == pytest.approx(9.0) and recorded[64].samples == 3
+    # its own timing, recorded as measured
+    assert recorded[16].median_us == pytest.approx(12.5) and recorded[16].samples == 1
+    assert fleet.configs(problem) == [{"template_id": "triton::mm", "BLOCK_M": 64}]
+    assert fleet.stats.retimed == 1 and fleet.stats.searched == 1
+    # the graph repeats the product: inductor's cached single timings get the medians again,
+    # and nothing is timed or recorded twice
+    repeat = tagged_search(problem, FIRST_SEARCH)
+    fleet.feedback(repeat, "mm", [], list(repeat), bench, {})
+    assert block_of(min(repeat, key=repeat.__getitem__)) == 64
+    assert len(bench.calls) == 3 and len(runs) == 1
+
+
+def test_a_non_finalist_faster_than_the_finalists_medians_cannot_win(make_runtime):
+    """Slower finalists again (a warmer GPU) do not hand the win to an untimed choice."""
+    fleet = InductorFleet(RuntimeSession(runtime=make_runtime()))
+    problem = mm_problem()
+    fleet._problems[problem.key_hash()] = problem
+    timings = tagged_search(problem, FIRST_SEARCH)
+    fleet.feedback(timings, "mm", [], list(timings), Bench({32: 0.0140, 64: 0.0150, 128: 0.0130}))
+    assert block_of(min(timings, key=timings.__getitem__)) == 128
+    by_block = {block_of(c): ms for c, ms in timings.items()}
+    assert by_block[16] > 0.0150 and by_block[16] == pytest.approx(0.0150)
+
+
+@pytest.mark.parametrize(
+    "search, bench, finalists",
+    [
+        ({32: 0.010, 64: 0.012, 16: 0.013}, Bench({}), 8),  # nothing within 10% of the fastest
+        (FIRST_SEARCH, Bench(AGAIN, fail=True), 8),  # a finalist that will not run again
+        (FIRST_SEARCH, Bench(AGAIN), 0),  # asked for no finalists
+    ],
+)
+def test_the_searchs_own_timings_decide_where_nothing_is_timed_again(
+    make_runtime, search, bench, finalists
+):
+    runs = []
+    rt = make_runtime()
+    rt.on_probe = runs.append
+    fleet = InductorFleet(RuntimeSession(runtime=rt), finalists=finalists)
+    problem = mm_problem()
+    fleet._problems[problem.key_hash()] = problem
+    timings = tagged_search(problem, search)
+    before = dict(timings)
+    fleet.feedback(timings, "mm", [], list(timings), bench)
+    assert timings == before and fleet.stats.retimed == 0
+    (run,) = runs
+    fastest = min(search, key=search.__getitem__)
+    winner = next(m for m in run.measurements if m.candidate.id == run.winner_id)
+    assert winner.candidate.params["BLOCK_M"] == fastest
+    assert len(bench.calls) == (1 if bench.fail else 0)
+
+
+def test_an_older_inductors_benchmark_of_every_choice_is_read_for_the_finalists(make_runtime):
+    """A benchmark thunk that takes no choices times them all; the finalists' times are read."""
+    fleet = InductorFleet(RuntimeSession(runtime=make_runtime()), rounds=2)
+    problem = mm_problem()
+    fleet._problems[problem.key_hash()] = problem
+    timings = tagged_search(problem, FIRST_SEARCH)
+    calls = []
+
+    def bench_all() -> dict[Any, float]:
+        calls.append(len(timings))
+        return {c: AGAIN.get(block_of(c), 0.5) for c in timings}
+
+    fleet.feedback(timings, "mm", [], list(timings), bench_all)
+    assert calls == [5, 5] and block_of(min(timings, key=timings.__getitem__)) == 64
+    with pytest.raises(ValueError, match="finalists"):
+        InductorFleet(RuntimeSession(runtime=make_runtime()), finalists=1)
+
+
+def test_finalists_are_timed_again_on_a_gpu_only(make_runtime):
+    import dataclasses
+
+    runtime = make_runtime()
+    with compiled(RuntimeSession(runtime=runtime)) as on_cpu:
+        assert on_cpu.finalists == 0  # inductor's benchmark of a CPU choice has no profiler
+    runtime.device = dataclasses.replace(runtime.device, kind="cuda")
+    with compiled(RuntimeSession(runtime=runtime)) as on_gpu:
+        assert on_gpu.finalists == FINALISTS and on_gpu.rounds == 3
+    with compiled(RuntimeSession(runtime=runtime), finalists=0) as asked:
+        assert asked.finalists == 0
 
 
 @dataclass
