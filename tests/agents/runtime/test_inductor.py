@@ -216,8 +216,8 @@ def block_of(choice: Any) -> int:
     return int(choice.annotations["tps"][1].params["BLOCK_M"])
 
 
-# One search: 32 led by 5%; 64 and 128 within 10% of it are finalists, 16 and 256 are not.
-FIRST_SEARCH = {32: 0.0100, 64: 0.0105, 128: 0.0108, 16: 0.0125, 256: math.inf}
+# One search: 32 led by 5%; 64 and 128 within 25% of it are finalists, 16 and 256 are not.
+FIRST_SEARCH = {32: 0.0100, 64: 0.0105, 128: 0.0108, 16: 0.0130, 256: math.inf}
 AGAIN = {32: 0.0112, 64: 0.0090, 128: 0.0111}
 
 
@@ -238,13 +238,13 @@ def test_a_searchs_finalists_are_timed_again_and_their_medians_choose(make_runti
     assert block_of(min(timings, key=timings.__getitem__)) == 64
     by_block = {block_of(c): ms for c, ms in timings.items()}
     assert by_block[64] == AGAIN[64] and by_block[32] == AGAIN[32]
-    assert by_block[16] == 0.0125 and math.isinf(by_block[256])
+    assert by_block[16] == 0.0130 and math.isinf(by_block[256])
     (run,) = runs
     recorded = {m.candidate.params["BLOCK_M"]: m for m in run.measurements}
     assert run.winner_id == recorded[64].candidate.id
     assert recorded[64].median_us == pytest.approx(9.0) and recorded[64].samples == 3
     # its own timing, recorded as measured
-    assert recorded[16].median_us == pytest.approx(12.5) and recorded[16].samples == 1
+    assert recorded[16].median_us == pytest.approx(13.0) and recorded[16].samples == 1
     assert fleet.configs(problem) == [{"template_id": "triton::mm", "BLOCK_M": 64}]
     assert fleet.stats.retimed == 1 and fleet.stats.searched == 1
     # the graph repeats the product: inductor's cached single timings get the medians again,
@@ -270,7 +270,7 @@ def test_a_non_finalist_faster_than_the_finalists_medians_cannot_win(make_runtim
 @pytest.mark.parametrize(
     "search, bench, finalists",
     [
-        ({32: 0.010, 64: 0.012, 16: 0.013}, Bench({}), 8),  # nothing within 10% of the fastest
+        ({32: 0.010, 64: 0.013, 16: 0.014}, Bench({}), 8),  # nothing within 25% of the fastest
         (FIRST_SEARCH, Bench(AGAIN, fail=True), 8),  # a finalist that will not run again
         (FIRST_SEARCH, Bench(AGAIN), 0),  # asked for no finalists
     ],
