@@ -510,30 +510,25 @@ def _compiled(
                         variants["second_host_gemm_only"], "second_host_gemm_only"
                     )
                 alone.close()
-            if "host-timed" in compile_modes:
-                # A host of its own, outside the fleet, whose search times host launches.
+            # Hosts of their own, outside the fleet, each compiled one other way: a search
+            # that times host launches, and a search whose one timing decides (no finalists
+            # timed again). Each compile's options differ, so dynamo shares no frame.
+            own_hosts = (
+                ("host-timed", {"trace.enabled": False}, {"device_time": False}),
+                ("single-search", {"trace.graph_diagram": False}, {"finalists": 0}),
+            )
+            for mode, marker, how in own_hosts:
+                if mode not in compile_modes:
+                    continue
                 _new_process_kernels()
-                timed = _host(device, fleet.workdir, "host-timed", None, None)
-                variants["host_timed_compile_tps"] = forward(
-                    torch.compile(
-                        copy.deepcopy(model), options={**gemm_search, "trace.enabled": False}
-                    )
+                own = _host(device, fleet.workdir, mode, None, None)
+                variant = f"{mode.replace('-', '_')}_compile_tps"
+                variants[variant] = forward(
+                    torch.compile(copy.deepcopy(model), options={**gemm_search, **marker})
                 )
-                with tps_runtime.compiled(timed, device_time=False):
-                    first_call(variants["host_timed_compile_tps"], "host_timed_compile_tps")
-                timed.close()
-            if "single-search" in compile_modes:
-                # A host of its own, outside the fleet, whose search's one timing decides.
-                _new_process_kernels()
-                single = _host(device, fleet.workdir, "single-search", None, None)
-                variants["single_search_compile_tps"] = forward(
-                    torch.compile(
-                        copy.deepcopy(model), options={**gemm_search, "trace.graph_diagram": False}
-                    )
-                )
-                with tps_runtime.compiled(single, finalists=0):
-                    first_call(variants["single_search_compile_tps"], "single_search_compile_tps")
-                single.close()
+                with tps_runtime.compiled(own, **how):
+                    first_call(variants[variant], variant)
+                own.close()
     if searches is not None:
         saver.feedback_saver_fns.remove(searches)
     if not variants:
