@@ -77,7 +77,9 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     # Priors read through a pool of their own, also when they read the primary: a request
     # holds its session's connection (the token lookup) while it reads priors, and sharing
     # one pool, a burst of requests would each hold one connection and wait for a second.
-    read_engine = make_engine(sqlalchemy_url(settings.read_database_url or url), settings)
+    read_engine = make_engine(
+        sqlalchemy_url(settings.read_database_url or url), settings, reads=True
+    )
     app.state.read_session_factory = make_session_factory(read_engine)
     stop = threading.Event()
     # Changes are announced on the primary, whichever database answers the reads.

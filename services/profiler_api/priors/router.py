@@ -10,8 +10,10 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from services.profiler_api.db import read_with_retry
 from services.profiler_api.deps import AgentDep, MetricsDep
 from services.profiler_api.examples import (
     HARDWARE_ID,
@@ -98,12 +100,11 @@ async def post_priors_batch(
     winners, and probes or keeps the default where the fleet has measured nothing.
     """
 
-    def ask_all() -> list[Prior]:
+    def ask_all(session: Session) -> list[Prior]:
         queries = [PriorQuery.of(body.hardware, p, limit=body.limit) for p in body.problems]
-        with sessions() as session:
-            return [priors.prior(session, query, only=OBSERVED) for query in queries]
+        return [priors.prior(session, query, only=OBSERVED) for query in queries]
 
-    answers = await run_in_threadpool(ask_all)
+    answers = await run_in_threadpool(read_with_retry, sessions, ask_all)
     for prior in answers:
         metrics.priors.labels(prior.source or "none").inc()
     return PriorBatch(priors=answers)

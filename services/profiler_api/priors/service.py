@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from services.profiler_api.db import read_with_retry
 from services.profiler_api.errors import NotFound, Unprocessable
 from services.profiler_api.priors import repository
 from services.profiler_api.priors.cache import PriorAnswerCache
@@ -92,8 +93,7 @@ class PriorService:
         """Answer the question `key` with `ask` on a session of its own, and cache the answer."""
         since = self.cache.generation
         started = self.clock()
-        with sessions() as session:
-            prior = ask(session)
+        prior = read_with_retry(sessions, ask)
         answer = Answer.of(prior)
         if self.on_answer is not None:
             self.on_answer(answer.source, self.clock() - started)
