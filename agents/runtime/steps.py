@@ -113,6 +113,8 @@ class StepCheck:
         """
         if any(r.runner is not None and r.checks_left > 0 for r in called):
             return  # a trial still runs: its calls alternate on their own
+        # Every layer's calls of one problem find the same route: each is taken once.
+        called = list({id(r): r for r in called}.values())
         new = [r for r in called if r.runner is not None and r.step_gain is None]
         problems = sorted({r.problem.key_hash() for r in new if r.problem is not None})
         if len(problems) <= 1:  # the others, if any, are taken by the next looks

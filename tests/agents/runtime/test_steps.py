@@ -89,6 +89,28 @@ def test_a_winner_that_speeds_up_the_models_steps_stays(
     untune(model)
 
 
+def test_a_problem_that_many_layers_run_is_judged_and_counted_once(make_runtime, cpu_hardware):
+    # Two layers of one shape: one problem, one route that both layers' calls find.
+    model = torch.nn.Sequential(torch.nn.Linear(48, 48), torch.nn.Linear(48, 48))
+    x = torch.randn(3, 48)
+    problem = gemm_problem(x, model[0].weight.t(), tf32=False)
+    rt = make_runtime(
+        entries=[entry_for(problem, cpu_hardware, scaled(scale=1.0))], admission=STEPS
+    )
+    tune(model, RuntimeSession(runtime=rt))
+    provider = rt.providers["cpu-scaled"]
+    with torch.no_grad():
+        model(x)
+        (route,) = [r for r in rt.decisions() if r.runner is not None]
+        provider.delay_s = 0.003
+        for _ in range(2 * STEPS.step_pairs):
+            model(x)
+    assert route.runner is None
+    assert route.reason.count("lost in the model's steps") == 1
+    assert rt.stats.lost_in_steps == 1
+    untune(model)
+
+
 def test_steps_that_train_are_not_timed(make_runtime, cpu_hardware):
     model, x, rt = _model_and_route(make_runtime, cpu_hardware)
     with torch.no_grad():
