@@ -55,9 +55,10 @@ def lookup_pair(session: Session, *, hardware_id: str, problem: str, limit: int)
     ).all()
     # Whole JSON documents come as text, read once here rather than once per row.
     spec = json.loads(rows[0].spec) if rows and rows[0].spec is not None else None
-    problems = {
-        row.hash: (row.hash, row.canonical, json.loads(row.key)) for row in rows if row.hash
-    }
+    problems: dict[str, tuple[str, str, dict[str, Any]]] = {}
+    for row in rows:  # a problem's row repeats for each of its top candidates: read it once
+        if row.hash and row.hash not in problems:
+            problems[row.hash] = (row.hash, row.canonical, json.loads(row.key))
     observed = [
         ObservedCandidate(
             row.candidate_id,
