@@ -168,14 +168,17 @@ def main() -> None:
                 RESULTS / f"model_loo_{kernel}.json",
                 RESULTS / f"model_score_at_k_{kernel}.png",
             )
-    gemm_files = sorted(args.gemm.glob("*.jsonl*")) if args.gemm.is_dir() else []
+    # The probe-run files alone: the data folder also holds the Kernel Tuner caches.
+    gemm_files = sorted(args.gemm.glob("*.jsonl*")) if args.gemm.is_dir() else [args.gemm]
     if not args.skip_gemm and gemm_files:
+        if len(gemm_files) > 1:
+            raise SystemExit(f"one GEMM probe-run file expected in {args.gemm}: {gemm_files}")
         evaluate(
             "H200 GEMM, leave-one-configuration-out (SM limits, dtypes)",
-            args.gemm,
+            gemm_files[0],
             RESULTS / "model_gemm_loco.json",
             RESULTS / "model_gemm_score_at_k.png",
-            extra={"families": gemm_families(args.gemm)} if args.families else None,
+            extra={"families": gemm_families(gemm_files[0])} if args.families else None,
         )
 
 

@@ -102,6 +102,18 @@ def test_policy_leads_with_nearest_only_when_close_and_covering() -> None:
     assert policy.source_order(None)[0] == "model"
 
 
+def test_auto_consensus_leads_with_the_known_devices_consensus_when_none_is_close() -> None:
+    policy = BlendPolicy(lead="auto-consensus", near_distance=2.0, min_coverage=0.9)
+    assert policy.name == "auto-consensus"
+    assert policy.source_order(1.5, 1.0) == ("nearest", "model", "consensus")
+    assert policy.source_order(2.5, 1.0) == ("consensus", "nearest", "model")
+    assert policy.source_order(None) == ("consensus", "nearest", "model")
+    # the plain `auto` is unchanged: the model leads where no device is close
+    assert BlendPolicy(lead="auto").source_order(2.5, 1.0)[0] == "model"
+    # a chosen policy is stored by its fields and read back the same
+    assert BlendPolicy(**policy.to_dict()) == policy
+
+
 def test_holdout_names_resolve_through_the_catalog(convolution_data: TuningData) -> None:
     assert match_hardware(convolution_data, "A100") == match_hardware(
         convolution_data, "NVIDIA A100-PCIE-40GB"
