@@ -17,6 +17,7 @@ import json
 import platform
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -30,6 +31,18 @@ DATA = Path(__file__).resolve().parent / "data" / "gemm_h200_probe_runs.jsonl.gz
 def median_ape(predicted: np.ndarray, measured: np.ndarray) -> float | None:
     ok = np.isfinite(predicted) & np.isfinite(measured)
     return float(np.median(np.abs(predicted[ok] / measured[ok] - 1))) if ok.any() else None
+
+
+def _split(parts: dict[str, list[np.ndarray]]) -> dict[str, Any]:
+    """Candidates with and without a measured anchor: how many, and each start's median APE."""
+    out: dict[str, Any] = {}
+    for key, arrays in parts.items():
+        kind, name = key.split(".")
+        values = np.concatenate(arrays)
+        values = values[np.isfinite(values)]
+        out.setdefault(kind, {})["candidates"] = int(sum(len(a) for a in arrays))
+        out[kind][f"{name}_median_ape"] = float(np.median(values)) if len(values) else None
+    return out
 
 
 def main() -> None:
@@ -46,6 +59,7 @@ def main() -> None:
             "predicted_us": [],
         }
         test = data.frame[holdout_mask(data, holdout)[0]]
+        split: dict[str, list[np.ndarray]] = {}
         for (hw_key, problem_hash), group in test.groupby(["hw_key", "problem_hash"]):
             hardware, problem = data.hardware[hw_key], data.problems[problem_hash]
             ids = list(group["candidate_id"])
@@ -56,6 +70,20 @@ def main() -> None:
             )
             booster = model.anchored_us(hardware, problem, candidates)
             frame = model.predict_frame(hardware, problem, candidates)
+            has = np.isfinite(anchors["anc_log_pred"])
+            starts = {
+                "booster": booster,
+                "anchor": np.exp(anchors["anc_log_pred"]),
+                "bound": np.exp(anchors["anc_log_bound"]),
+            }
+            if "anc_log_group" in anchors:
+                starts["level"] = np.exp(anchors["anc_log_group"])
+            for name, values in starts.items():
+                if values is None:
+                    continue
+                ape = np.abs(values / measured - 1)
+                split.setdefault(f"anchored.{name}", []).append(ape[has])
+                split.setdefault(f"unanchored.{name}", []).append(ape[~has])
             for name, predicted in (
                 ("anchored_booster", booster),
                 ("pooled_anchor", np.exp(anchors["anc_log_pred"])),
@@ -69,6 +97,7 @@ def main() -> None:
                 "problems": int(test[["hw_key", "problem_hash"]].drop_duplicates().shape[0]),
             }
             | {f"{name}_median_ape": float(np.mean(v)) if v else None for name, v in errors.items()}
+            | {"split": _split(split)}
         )
     print(
         json.dumps(

@@ -72,6 +72,9 @@ def model_to_dict(model: LatencyModel) -> dict[str, Any]:
         "ranker": model.ranker_.model_to_string(),
         "regressor": model.regressor_.model_to_string(),
         "latency": model.latency_.model_to_string() if model.latency_ is not None else None,
+        "crossed_dtypes": (
+            None if model.crossed_dtypes_ is None else sorted(model.crossed_dtypes_)
+        ),
         "candidates": {k: c.model_dump(mode="json") for k, c in sorted(model.candidates_.items())},
         "hardware": {k: h.model_dump(mode="json") for k, h in sorted(ref.hardware.items())},
         "problems": {k: p.model_dump(mode="json") for k, p in sorted(ref.problems.items())},
@@ -90,6 +93,10 @@ def model_from_dict(doc: dict[str, Any]) -> LatencyModel:
     # an artifact from before the anchored booster predicts latency with its regressor
     latency = doc.get("latency")
     model.latency_ = lgb.Booster(model_str=latency) if latency else None
+    # an artifact from before the problem's level anchored a candidate has no crossed dtypes:
+    # it starts a candidate without an anchor from the bound, and corrects every row
+    crossed = doc.get("crossed_dtypes")
+    model.crossed_dtypes_ = None if crossed is None else frozenset(map(str, crossed))
     model.candidates_ = {k: Candidate.model_validate(v) for k, v in doc["candidates"].items()}
     model.reference_ = Reference(
         log_rel=_frame_from_dict(doc["log_rel"]),

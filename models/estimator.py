@@ -27,7 +27,7 @@ import pandas as pd
 
 from models.dataset import GROUP_COLUMNS, TuningData, add_relative_time
 from models.features import CandidateBlock, candidate_table, feature_columns, feature_rows
-from models.reference import ANCHOR_FEATURES, Reference
+from models.reference import ANCHOR_EXTRAS, ANCHOR_FEATURES, Reference
 from tps.candidate import Candidate
 from tps.errors import TPSError
 from tps.hardware import HardwareSpec
@@ -53,6 +53,10 @@ class LatencyModel:
     _block_cache: CandidateBlock | None  # built on first use (`warm_up`), dropped by `fit`
     candidates_: dict[str, Candidate]  # set by `fit`
     latency_: lgb.Booster | None  # set by `fit`: None when not anchored
+    # set by `fit`: the dtypes whose training rows were carried from another dtype's
+    # measurements (None: an artifact from before the problem's level anchored a candidate,
+    # which starts such a candidate from the roofline bound and corrects every row)
+    crossed_dtypes_: frozenset[str] | None = None
 
     def __init__(
         self,
@@ -132,7 +136,7 @@ class LatencyModel:
                 exclude=hw_key if oof else None,
             ),
         )
-        return pd.DataFrame(columns, index=keys.index, columns=list(ANCHOR_FEATURES))
+        return pd.DataFrame(columns, index=keys.index, columns=[*ANCHOR_FEATURES, *ANCHOR_EXTRAS])
 
     def _latency_matrix(self, features: pd.DataFrame, anchors: pd.DataFrame) -> np.ndarray:
         matrix: np.ndarray = (
@@ -242,6 +246,10 @@ class LatencyModel:
         self.latency_feature_names_: list[str] = []
         if self.anchored:
             anchors = self._anchors(data, frame, oof=True)
+            crossed = frame.loc[valid & (anchors["anc_cross_dtype"] == 1).to_numpy()]
+            self.crossed_dtypes_ = frozenset(
+                data.problems[p].dtype for p in crossed["problem_hash"].unique()
+            )
             self.latency_feature_names_ = self.feature_names_ + list(ANCHOR_FEATURES)
             regressions["latency"] = (
                 self._latency_matrix(features[valid], anchors[valid]),
@@ -380,7 +388,13 @@ class LatencyModel:
         )
         X_lat = np.column_stack([X, *(anchors[name] for name in ANCHOR_FEATURES)])
         correction = np.asarray(self.latency_.predict(X_lat, num_threads=PREDICT_THREADS))
-        log_us: np.ndarray = _anchor_log_us(anchors) + correction
+        crossed = self.crossed_dtypes_
+        if crossed is not None and problem.dtype not in crossed:
+            # carried from another dtype, which no training row of this dtype was: the
+            # booster never learned that correction (the H200's tf32 held out, whose kernels
+            # never ran in another dtype: 22% off with it, 14.5% without, per problem)
+            correction[anchors["anc_cross_dtype"] == 1] = 0.0
+        log_us: np.ndarray = _anchor_log_us(anchors, level=crossed is not None) + correction
         return log_us
 
     def _prediction_features(
@@ -491,11 +505,17 @@ def _per_group(
     return out
 
 
-def _anchor_log_us(anchors: pd.DataFrame | dict[str, np.ndarray]) -> np.ndarray:
+def _anchor_log_us(
+    anchors: pd.DataFrame | dict[str, np.ndarray], *, level: bool = True
+) -> np.ndarray:
     """Return the log latency an anchor predicts before the regressor's correction: the
-    measured neighbour's, carried by the bound ratio; else the roofline bound's."""
+    measured neighbour's, carried by the bound ratio; else the closest groups' typical
+    latency (with `level`); else the roofline bound's."""
     measured = np.asarray(anchors["anc_log_pred"], dtype=np.float64)
     bound = np.asarray(anchors["anc_log_bound"], dtype=np.float64)
+    if level and "anc_log_group" in anchors:
+        group = np.asarray(anchors["anc_log_group"], dtype=np.float64)
+        bound = np.where(np.isfinite(group), group, bound)
     return np.where(np.isfinite(measured), measured, bound)
 
 

@@ -45,6 +45,9 @@ ANCHOR_FEATURES = (
     "anc_log_bound",
     "anc_log_pred",
 )
+# Also given per candidate, and not features: the problem's level, where a candidate without
+# an anchor starts, and whether its anchor was measured in another dtype.
+ANCHOR_EXTRAS = ("anc_log_group", "anc_cross_dtype")
 # An anchor is looked for among the groups of this many closest measured problems ...
 ANCHOR_PROBLEMS = 4
 # ... and, of those, this many closest (device, problem) groups.
@@ -321,6 +324,17 @@ class Reference:
         return {"log_rel": self.log_rel.to_numpy(), "median_us": self.median_us.to_numpy()}
 
     @cached_property
+    def _group_log_median(self) -> np.ndarray:
+        """Return each group's median log latency over the candidates it ran validly."""
+        with np.errstate(all="ignore"):
+            values = self._values["median_us"]
+            logs = np.log(np.where(values > 0, values, np.nan))
+        valid = np.isfinite(logs).any(axis=1)
+        medians = np.full(len(logs), np.nan)
+        medians[valid] = np.nanmedian(logs[valid], axis=1)
+        return medians
+
+    @cached_property
     def _columns(self) -> pd.Index:
         return self.log_rel.columns
 
@@ -448,11 +462,16 @@ class Reference:
         anc_log_us: log µs measured there (NaN: no such group); anc_log_scale: log of the
         roofline bound here over there; anc_log_peak_ratio, anc_log_bw_ratio: the log ratios
         of the dtype's peak and of the bandwidth; anc_distance: spec plus problem distance;
-        anc_log_bound: log of the roofline bound here, which stands in where nothing is known.
+        anc_log_bound: log of the roofline bound here, which stands in where nothing is known;
+        anc_log_group: the same groups' typical (median) latency over every candidate they ran,
+        carried here and pooled as anc_log_pred is: the problem's level, for every candidate,
+        which a candidate none of them ran starts from; anc_cross_dtype: 1 where what
+        carries the candidate here was measured in another dtype (its anchor's group, else
+        the closest group), else 0. These two are not features of the booster.
         """
         n = len(candidate_ids)
         target = bound_us(hardware, problem)
-        out = {name: np.full(n, np.nan) for name in ANCHOR_FEATURES}
+        out = {name: np.full(n, np.nan) for name in (*ANCHOR_FEATURES, *ANCHOR_EXTRAS)}
         out["anc_log_bound"] = np.full(n, math.log(target))
         groups = self._anchor_groups(hardware, problem, exclude)
         if not groups or not n:
@@ -483,6 +502,15 @@ class Reference:
             pooled = (carried * weights).sum(axis=0) / weights.sum(axis=0)
         out["anc_log_us"] = np.where(found, chosen, np.nan)
         out["anc_log_pred"] = np.where(found, pooled, np.nan)
+        levels = np.array([self._group_log_median[self._rows[(k, p)]] for _, k, p in groups])
+        level_weights = np.exp(-np.array([d for d, _, _ in groups]) / ANCHOR_SCALE)
+        level_weights = np.where(np.isfinite(levels), level_weights, 0.0)
+        if level_weights.sum() > 0:
+            carried_levels = np.where(np.isfinite(levels), levels + np.asarray(scale), 0.0)
+            level = float((carried_levels * level_weights).sum() / level_weights.sum())
+            out["anc_log_group"] = np.full(n, level)
+        crossed = np.array([self.problems[p].dtype != problem.dtype for _, _, p in groups])
+        out["anc_cross_dtype"] = np.where(found, crossed[first], crossed[0]).astype(np.float64)
         for name, values in (
             ("anc_log_scale", scale),
             ("anc_log_peak_ratio", peak),

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from models.bundle import ModelBundle, train_bundle
+from models.bundle import ModelBundle, model_from_dict, model_to_dict, train_bundle
 from models.dataset import TuningData
 from models.estimator import LatencyModel
 from models.priors import rank
@@ -20,26 +21,38 @@ from tests.models.conftest import FAST_MODEL
 from tps.catalog import resolve
 from tps.hardware import HardwareSpec
 from tps.problem import ProblemKey
+from tps.schemas import ProbeRun
 
 CANDIDATES = [cublaslt(i, split_k=1 + i % 3) for i in range(6)]
 # Each candidate's latency is its own factor times the problem's roofline bound on the device.
 FACTORS = [1.3, 1.1, 1.6, 2.0, 1.2, 1.45]
 
 
-def _runs(devices: list[HardwareSpec], problems: list[ProblemKey]) -> TuningData:
-    runs = [
+def _runs(
+    devices: list[HardwareSpec], problems: list[ProblemKey], *, slowdown: float = 0.0
+) -> TuningData:
+    return TuningData.from_runs(_run_list(devices, problems, slowdown=slowdown))
+
+
+def _run_list(
+    devices: list[HardwareSpec], problems: list[ProblemKey], *, slowdown: float = 0.0
+) -> list[ProbeRun]:
+    """Every candidate at its factor of the bound; with `slowdown`, a device of fewer units
+    is that much slower again per halving (what the bound ratio does not carry)."""
+    return [
         probe_run(
             hardware=hw,
             problem=p,
             measurements=[
-                measurement(c, bound_us(hw, p) * f)
+                measurement(
+                    c, bound_us(hw, p) * f * (1 + slowdown * math.log2(132 / hw.active_units))
+                )
                 for c, f in zip(CANDIDATES, FACTORS, strict=True)
             ],
         )
         for hw in devices
         for p in problems
     ]
-    return TuningData.from_runs(runs)
 
 
 def test_a_dtype_without_a_datasheet_figure_takes_its_rate_from_fp16() -> None:
@@ -109,6 +122,85 @@ def test_a_candidate_measured_nearby_is_carried_by_the_bound_ratio() -> None:
     # the device's own measurements are left out when asked to
     excluded = reference.anchor_columns(full, problem, ids, exclude=full.fingerprint())
     assert np.isnan(excluded["anc_log_us"]).all()
+
+
+def test_a_candidate_no_close_device_ran_starts_from_the_problems_level() -> None:
+    full = hardware_spec()
+    problem = gemm_problem(4096, 4096, 4096)
+    reference = Reference.from_data(_runs([full], [problem]))
+    ids = pd.Index([c.id for c in CANDIDATES] + [cublaslt(99).id])
+    half = hardware_spec(unit_limit=66)
+    columns = reference.anchor_columns(half, problem, ids)
+    # the median of what the closest group measured, carried by the bound ratio, for every
+    # candidate: the one never measured anywhere too
+    level = np.median(np.log([bound_us(full, problem) * f for f in FACTORS])) + math.log(2)
+    assert columns["anc_log_group"] == pytest.approx(np.full(7, level))
+    assert (columns["anc_cross_dtype"] == 0).all()
+    # the same shape in tf32 is carried from the bf16 measurements: across dtypes
+    tf32 = gemm_problem(4096, 4096, 4096, dtype="tf32")
+    crossed = reference.anchor_columns(half, tf32, ids)
+    assert (crossed["anc_cross_dtype"] == 1).all()
+    assert crossed["anc_log_scale"][0] == pytest.approx(
+        math.log(bound_us(half, tf32) / bound_us(full, problem))
+    )
+
+
+SHAPES = [(1, 4096, 4096), (64, 8192, 4096), (1024, 1024, 1024), (4096, 4096, 4096)]
+
+
+def _corrections(model: LatencyModel, hardware: HardwareSpec, problem: ProblemKey) -> np.ndarray:
+    """Return the anchored booster's log correction over the anchor it starts from."""
+    anchors = model.reference_.anchor_columns(
+        hardware, problem, [c.id for c in CANDIDATES], exclude=hardware.fingerprint()
+    )
+    predicted = model.anchored_us(hardware, problem, CANDIDATES)
+    assert predicted is not None
+    start = np.where(np.isfinite(anchors["anc_log_pred"]), anchors["anc_log_pred"], np.nan)
+    return np.log(predicted) - start
+
+
+def test_a_latency_carried_from_a_dtype_the_booster_never_crossed_is_not_corrected() -> None:
+    devices = [hardware_spec(unit_limit=u) for u in (132, 96, 66, 48)]
+    bf16 = [gemm_problem(m, n, k) for m, n, k in SHAPES]
+    data = _runs(devices, bf16, slowdown=0.2)
+    model = LatencyModel(op="gemm", n_estimators=40, n_jobs=1).fit(data)
+    assert model.crossed_dtypes_ == frozenset()
+    asked = hardware_spec(unit_limit=16)
+    # a bf16 problem is carried within its dtype, as every training row was: corrected
+    assert np.abs(_corrections(model, asked, bf16[1])).max() > 1e-6
+    # the same shape in tf32: carried from bf16 measurements as they are
+    tf32 = gemm_problem(*SHAPES[1], dtype="tf32")
+    assert _corrections(model, asked, tf32) == pytest.approx(np.zeros(len(CANDIDATES)))
+
+    # a fleet whose training rows carried tf32 from bf16 (one device ran tf32) corrects it
+    fleet = TuningData.from_runs(
+        _run_list(devices, bf16, slowdown=0.2) + _run_list(devices[-1:], [tf32], slowdown=0.2)
+    )
+    trained = LatencyModel(op="gemm", n_estimators=40, n_jobs=1).fit(fleet)
+    assert trained.crossed_dtypes_ == frozenset({"tf32"})
+    assert np.abs(_corrections(trained, asked, tf32)).max() > 1e-6
+
+
+def test_an_artifact_keeps_its_crossed_dtypes_and_an_older_one_still_predicts() -> None:
+    devices = [hardware_spec(unit_limit=u) for u in (132, 66)]
+    problems = [gemm_problem(m, n, k) for m, n, k in SHAPES]
+    data = _runs(devices, problems, slowdown=0.2)
+    asked, problem = hardware_spec(unit_limit=16), gemm_problem(*SHAPES[2], dtype="tf32")
+    model = LatencyModel(op="gemm", n_estimators=20, n_jobs=1).fit(data)
+    again = model_from_dict(json.loads(json.dumps(model_to_dict(model))))
+    assert again.crossed_dtypes_ == model.crossed_dtypes_ == frozenset()
+    assert again.anchored_us(asked, problem, CANDIDATES) == pytest.approx(
+        model.anchored_us(asked, problem, CANDIDATES)
+    )
+    # an artifact from before the problem's level anchored a candidate has no crossed
+    # dtypes: it still predicts, and corrects every row as it did
+    doc = model_to_dict(model)
+    del doc["crossed_dtypes"]
+    old = model_from_dict(doc)
+    assert old.crossed_dtypes_ is None
+    predicted = old.anchored_us(asked, problem, CANDIDATES)
+    assert predicted is not None and np.isfinite(predicted).all()
+    assert np.abs(_corrections(old, asked, problem)).max() > 1e-6
 
 
 def test_the_anchored_regressor_carries_latency_below_every_device_it_saw() -> None:
