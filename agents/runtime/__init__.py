@@ -12,6 +12,7 @@ With `service=`, a host with an empty cache asks the fleet once per model.
 
     with tps_runtime.compiled(session):           # torch.compile: inductor's GEMM search
         compiled_model(inputs)                    # once per fleet, the winners everywhere
+    program = tps_runtime.compile(model, (inputs,), session=session)   # the same, in one call
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ from contextlib import contextmanager
 from typing import Any
 
 from agents.runtime.dispatch import AdmissionSettings, Mode, Route, Runtime, RuntimeStats
-from agents.runtime.inductor import InductorFleet, compiled
+from agents.runtime.inductor import InductorFleet, compile, compiled
 from agents.runtime.session import RuntimeSession, open_session
 
 __all__ = [
     "AdmissionSettings",
     "InductorFleet",
+    "compile",
     "compiled",
     "Mode",
     "Route",

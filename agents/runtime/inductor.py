@@ -26,6 +26,17 @@ H200 that took Llama-3-8B decode at batch 1 from 0.85 to 0.95 of max-autotune (B
 Each kernel's tuning is a probe run too (op `inductor_kernel`, keyed by the kernel's source,
 its size hints and the torch and Triton versions): the next host of the same GPU model runs
 the fleet's configuration without tuning it.
+
+Inside the block inductor's own caches are off: their keys know nothing of the fleet's
+choices, so a graph compiled before (by this host's search, or without TPS) would come back
+from them as it was, and a search served from inductor's autotune cache would not be
+recorded.
+
+A search's own program is not what the fleet runs: on the H200, OPT-350m decode at batch 32
+compiled from host 1's records ran 1.067x (1.039-1.074) faster than host 1's first program,
+whose search picked the same winners (BENCHMARKS.md). `compile(model, example)` compiles
+once more from the records where its first compile searched, so host 1 runs what every
+other host runs.
 """
 
 from __future__ import annotations
@@ -788,7 +799,10 @@ def compiled(
     handler = _choices_class()(fleet)
     saver = select_algorithm.get_algorithm_selector_cache()  # the one that searches
     with ExitStack() as stack:
-        stack.enter_context(inductor_config.patch(max_autotune_gemm=True))
+        # inductor's caches would hand back a program compiled without the fleet's choices
+        stack.enter_context(
+            inductor_config.patch(max_autotune_gemm=True, force_disable_caches=True)
+        )
         if device_time and gpu:
             stack.enter_context(
                 inductor_config.patch(profile_bandwidth_with_do_bench_using_profiling=True)
@@ -808,3 +822,54 @@ def compiled(
                 rt.cache.save()
             if own:
                 session.close()
+
+
+# What `compile` adds to its second compile's options: a default value, so the program is
+# unchanged, but another options dict, so dynamo compiles the model again rather than serve
+# the first compile's frame.
+RECOMPILE_MARKER = {"trace.enabled": False}
+
+
+def compile(
+    model: Any,
+    example: Sequence[Any] = (),
+    *,
+    session: RuntimeSession | None = None,
+    recompile: bool = True,
+    options: dict[str, Any] | None = None,
+    **how: Any,
+) -> Callable[..., Any]:
+    """Return `model` compiled with the fleet's GEMM winners, compiling it now.
+
+    The model is called once with `example` (its positional arguments) inside `compiled`
+    (`how`: shortlist, tune_kernels, device_time, finalists), which searches and records
+    what nobody measured yet. Where that compile searched, the model is compiled and
+    called once more, from the winners just recorded (`recompile`): the program every other
+    host of the fleet compiles. `options` are inductor's, for both compiles.
+    """
+    import torch
+
+    from agents.runtime.session import open_session
+
+    own = session is None
+    session = session or open_session()
+    gemm_search = {"max_autotune_gemm": True, **(options or {})}
+    try:
+        program: Callable[..., Any] = torch.compile(model, options=gemm_search)
+        with compiled(session, **how) as fleet:
+            program(*example)
+        if not (recompile and fleet.stats.searched):
+            return program
+        log.info(
+            "compiling again from the %d searched products' winners, as the fleet will",
+            fleet.stats.searched,
+        )
+        again: Callable[..., Any] = torch.compile(
+            model, options={**gemm_search, **RECOMPILE_MARKER}
+        )
+        with compiled(session, **how):
+            again(*example)
+        return again
+    finally:
+        if own:
+            session.close()

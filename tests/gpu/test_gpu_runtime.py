@@ -252,6 +252,41 @@ def test_compiled_searches_a_product_once_and_a_second_host_compiles_it_with_no_
     first.close(), second.close()
 
 
+def test_compile_searches_then_compiles_again_from_its_records(tmp_path):
+    """`compile`: host 1's first compile searches and records; the program it returns is
+    compiled again from those records, with no search, and computes the same."""
+    from agents.runtime import compile as tps_compile
+    from agents.runtime import inductor
+
+    model = torch.nn.Sequential(
+        torch.nn.Linear(1024, 3072), torch.nn.GELU(), torch.nn.Linear(3072, 1024)
+    ).to(device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(32, 1024, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        reference = model(x)
+    first = fleet_host(tmp_path, "host1")
+    blocks: list = []
+    real = inductor.compiled
+
+    def watched(session, **how):
+        block = real(session, **how)
+        blocks.append(block)
+        return block
+
+    inductor.compiled = watched
+    try:
+        torch._dynamo.reset()
+        with torch.no_grad():
+            program = tps_compile(model, (x,), session=first, tune_kernels=False)
+            out = program(x)
+    finally:
+        inductor.compiled = real
+    assert len(blocks) == 2
+    assert first.runtime.cache.entries()  # the searches, recorded
+    torch.testing.assert_close(out, reference, atol=3e-2, rtol=3e-2)
+    first.close()
+
+
 def test_compiled_compiles_the_fastest_of_a_searchs_finalists_timed_again(tmp_path, monkeypatch):
     """Host 1 times its search's finalists again; inductor compiles their fastest median,
     which is the winner recorded for the fleet."""

@@ -84,6 +84,8 @@ COMPILED_RATIOS = (
     ("compile_tps_vs_host_timed", "host_timed_compile_tps", "compile_tps"),
     ("single_search_vs_max_autotune", "max_autotune", "single_search_compile_tps"),
     ("compile_tps_vs_single_search", "single_search_compile_tps", "compile_tps"),
+    ("restart_vs_max_autotune", "max_autotune", "restart_compile_tps"),
+    ("restart_vs_compile_tps", "compile_tps", "restart_compile_tps"),
 )
 
 
@@ -164,6 +166,12 @@ class CaseResult:
     single_search_compile_tps_ms: float | None = None
     single_search_vs_max_autotune: float | None = None
     compile_tps_vs_single_search: float | None = None
+    # host 1 compiling again at its next start, from its own cache of what it searched
+    restart_compile_tps_ms: float | None = None
+    restart_compile_s: float | None = None
+    restart_compile_searched: int | None = None
+    restart_vs_max_autotune: float | None = None
+    restart_vs_compile_tps: float | None = None
     compile_tps_retimed: int | None = None
     second_host_probes: int | None = None
     second_host_speedup: float | None = None
@@ -481,6 +489,19 @@ def _compiled(
             result.compile_tps_retimed = searched.stats.retimed
             result.compile_tps_kernels_tuned = searched.stats.kernels_tuned
             fleet.first.flush()  # host 1's searches go to the service
+            if "restart" in compile_modes:
+                # host 1's next start: no kernels in memory, its own cache of the searches
+                _new_process_kernels()
+                variants["restart_compile_tps"] = forward(
+                    torch.compile(
+                        copy.deepcopy(model), options={**gemm_search, "trace.ir_post_fusion": False}
+                    )
+                )
+                with tps_runtime.compiled(fleet.first) as again:
+                    result.restart_compile_s = first_call(
+                        variants["restart_compile_tps"], "restart_compile_tps"
+                    )
+                result.restart_compile_searched = again.stats.searched
             if fleet.service is not None:
                 _new_process_kernels()
                 second = _host(device, fleet.workdir, "host2-compiled", fleet.service, fleet.token)
@@ -549,6 +570,7 @@ def _compiled(
     result.second_host_gemm_only_ms = times.get("second_host_gemm_only")
     result.host_timed_compile_tps_ms = times.get("host_timed_compile_tps")
     result.single_search_compile_tps_ms = times.get("single_search_compile_tps")
+    result.restart_compile_tps_ms = times.get("restart_compile_tps")
 
 
 def _new_process_kernels() -> None:

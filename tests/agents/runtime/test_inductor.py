@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,6 +12,7 @@ import pytest
 import torch
 
 from agents.runtime import RuntimeSession, compiled
+from agents.runtime import inductor as inductor_module
 from agents.runtime.inductor import (
     BACKEND,
     FINALISTS,
@@ -407,6 +410,70 @@ def test_compiling_inside_the_block_leaves_inductor_as_it_was(make_runtime):
         out = f(a, b)
     assert torch.allclose(out, torch.mm(a, b).relu())
     assert type(V.choices) is before and fleet.feedback not in saver.feedback_saver_fns
+
+
+def _graphs() -> int:
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+def test_the_block_compiles_through_the_fleet_where_inductor_cached_the_graph(make_runtime):
+    """Inductor's caches know nothing of the fleet's choices: inside the block they are off.
+
+    A graph compiled in an earlier block (host 1's search, or its last start) would
+    otherwise come back from inductor's cache as it was, with what the fleet learned since
+    left out."""
+
+    def f(a, b):
+        return torch.mm(a, b).sigmoid()
+
+    a, b = torch.randn(8, 24), torch.randn(24, 6)
+    session = RuntimeSession(runtime=make_runtime())
+    for _ in range(2):
+        torch._dynamo.reset()
+        with compiled(session) as fleet:
+            out = torch.compile(f, options={"max_autotune_gemm": True})(a, b)
+        # lowered here, asking the fleet, the second time too
+        assert fleet.stats.lookups >= 1
+        assert torch.allclose(out, torch.mm(a, b).sigmoid())
+
+
+def test_compile_compiles_again_from_the_records_where_its_compile_searched(
+    make_runtime, monkeypatch
+):
+    """Host 1 runs the program its records compile, as every other host does."""
+    real = inductor_module.compiled
+    blocks: list[InductorFleet] = []
+
+    @contextmanager
+    def searching(session: RuntimeSession, **how: Any) -> Iterator[InductorFleet]:
+        with real(session, **how) as fleet:
+            yield fleet
+        if not blocks:
+            fleet.stats.searched = 2  # as a GPU's first compile searches its products
+        blocks.append(fleet)
+
+    monkeypatch.setattr(inductor_module, "compiled", searching)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 12), torch.nn.ReLU(), torch.nn.Linear(12, 4))
+    x = torch.randn(3, 16)
+    session = RuntimeSession(runtime=make_runtime())
+    before = _graphs()
+    with torch.no_grad():
+        program = inductor_module.compile(model, (x,), session=session)
+        assert torch.allclose(program(x), model(x), atol=1e-5)
+    assert len(blocks) == 2 and _graphs() == before + 2
+    assert blocks[1].stats.lookups >= 1  # the second compile asked the fleet again
+
+    # nothing searched: one compile, that program
+    blocks.clear()
+    monkeypatch.setattr(inductor_module, "compiled", real)
+    other = torch.nn.Linear(16, 5)
+    before = _graphs()
+    with torch.no_grad():
+        alone = inductor_module.compile(other, (x,), session=session)
+        assert torch.allclose(alone(x), other(x), atol=1e-5)
+    assert _graphs() == before + 1
 
 
 def push(live_service, runs) -> None:
