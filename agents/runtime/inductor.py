@@ -841,16 +841,19 @@ def compile(
 ) -> Callable[..., Any]:
     """Return `model` compiled with the fleet's GEMM winners, compiling it now.
 
-    The model is called once with `example` (its positional arguments) inside `compiled`
-    (`how`: shortlist, tune_kernels, device_time, finalists), which searches and records
-    what nobody measured yet. Where that compile searched, the model is compiled and
-    called once more, from the winners just recorded (`recompile`): the program every other
-    host of the fleet compiles. `options` are inductor's, for both compiles.
+    The model is called once with `example` (its positional arguments, or one tensor)
+    inside `compiled` (`how`: shortlist, tune_kernels, device_time, finalists), which
+    searches and records what nobody measured yet. Where that compile searched, the model
+    is compiled and called once more, from the winners just recorded (`recompile`): the
+    program every other host of the fleet compiles. `options` are inductor's, for both
+    compiles.
     """
     import torch
 
     from agents.runtime.session import open_session
 
+    if isinstance(example, torch.Tensor):
+        example = (example,)  # not its rows as arguments
     own = session is None
     session = session or open_session()
     gemm_search = {"max_autotune_gemm": True, **(options or {})}

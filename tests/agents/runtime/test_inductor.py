@@ -471,7 +471,7 @@ def test_compile_compiles_again_from_the_records_where_its_compile_searched(
     other = torch.nn.Linear(16, 5)
     before = _graphs()
     with torch.no_grad():
-        alone = inductor_module.compile(other, (x,), session=session)
+        alone = inductor_module.compile(other, x, session=session)  # one tensor, as a call
         assert torch.allclose(alone(x), other(x), atol=1e-5)
     assert _graphs() == before + 1
 
