@@ -826,8 +826,8 @@ def compiled(
 
 # What `compile` adds to its second compile's options: a default value, so the program is
 # unchanged, but another options dict, so dynamo compiles the model again rather than serve
-# the first compile's frame.
-RECOMPILE_MARKER = {"trace.enabled": False}
+# the first compile's frame (the first of these that the caller's options do not name).
+RECOMPILE_MARKERS = ({"trace.enabled": False}, {"trace.graph_diagram": False})
 
 
 def compile(
@@ -867,9 +867,8 @@ def compile(
             "compiling again from the %d searched products' winners, as the fleet will",
             fleet.stats.searched,
         )
-        again: Callable[..., Any] = torch.compile(
-            model, options={**gemm_search, **RECOMPILE_MARKER}
-        )
+        marker = next(m for m in RECOMPILE_MARKERS if not m.keys() & gemm_search.keys())
+        again: Callable[..., Any] = torch.compile(model, options={**gemm_search, **marker})
         with compiled(session, **how):
             again(*example)
         return again

@@ -464,6 +464,16 @@ def test_compile_compiles_again_from_the_records_where_its_compile_searched(
         assert torch.allclose(program(x), model(x), atol=1e-5)
     assert len(blocks) == 2 and _graphs() == before + 2
     assert blocks[1].stats.lookups >= 1  # the second compile asked the fleet again
+    # options that name the first marker already: the second compile takes another
+    blocks.clear()
+    torch._dynamo.reset()
+    before = _graphs()
+    with torch.no_grad():
+        named = inductor_module.compile(
+            model, (x,), session=session, options=dict(inductor_module.RECOMPILE_MARKERS[0])
+        )
+        assert torch.allclose(named(x), model(x), atol=1e-5)
+    assert len(blocks) == 2 and _graphs() == before + 2
 
     # nothing searched: one compile, that program
     blocks.clear()
