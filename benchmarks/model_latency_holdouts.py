@@ -86,7 +86,7 @@ def main() -> None:
                 split.setdefault(f"unanchored.{name}", []).append(ape[~has])
             for name, predicted in (
                 ("anchored_booster", booster),
-                ("pooled_anchor", np.exp(anchors["anc_log_pred"])),
+                ("pooled_anchor", starts["anchor"]),
                 ("predicted_us", frame["predicted_us"].to_numpy(dtype=float)),
             ):
                 if predicted is not None and (ape := median_ape(predicted, measured)) is not None:

@@ -285,8 +285,9 @@ class Reference:
         return {problem_hash: sorted(keys) for problem_hash, keys in groups.items()}
 
     def warm_up(self) -> None:
-        """Build the positional lookups now, not in the first query that needs them."""
-        _ = self._rows, self._groups
+        """Build the positional lookups and each group's level now, not in the first query
+        that needs them."""
+        _ = self._rows, self._groups, self._group_log_median
 
     def shortlist(self, problem_hash: str, *, exclude: str | None = None) -> frozenset[str] | None:
         """Return the candidates a new device is ranked among for `problem_hash`: every known
