@@ -857,6 +857,13 @@ def compile(
     own = session is None
     session = session or open_session()
     gemm_search = {"max_autotune_gemm": True, **(options or {})}
+    marker = next((m for m in RECOMPILE_MARKERS if not m.keys() & gemm_search.keys()), None)
+    if recompile and marker is None:
+        names = [key for m in RECOMPILE_MARKERS for key in m]
+        raise ValueError(
+            f"options name {names}, which compile needs to tell its second compile from the "
+            "first: leave one of them out, or pass recompile=False"
+        )
     try:
         program: Callable[..., Any] = torch.compile(model, options=gemm_search)
         with compiled(session, **how) as fleet:
@@ -867,7 +874,7 @@ def compile(
             "compiling again from the %d searched products' winners, as the fleet will",
             fleet.stats.searched,
         )
-        marker = next(m for m in RECOMPILE_MARKERS if not m.keys() & gemm_search.keys())
+        assert marker is not None
         again: Callable[..., Any] = torch.compile(model, options={**gemm_search, **marker})
         with compiled(session, **how):
             again(*example)

@@ -474,6 +474,12 @@ def test_compile_compiles_again_from_the_records_where_its_compile_searched(
         )
         assert torch.allclose(named(x), model(x), atol=1e-5)
     assert len(blocks) == 2 and _graphs() == before + 2
+    # options that name every marker: a clear error, before anything compiles
+    every = {k: v for m in inductor_module.RECOMPILE_MARKERS for k, v in m.items()}
+    blocks.clear()
+    with pytest.raises(ValueError, match="recompile=False"):
+        inductor_module.compile(model, (x,), session=session, options=every)
+    assert blocks == []
 
     # nothing searched: one compile, that program
     blocks.clear()
