@@ -54,7 +54,8 @@ def bench_runtime(
             "with default), host-timed (a host whose GEMM search times host launches; "
             "with default) and/or single-search (a host whose search's one timing decides, "
             "no finalists timed again; with default) and/or restart (host 1 compiling again "
-            "from its own records, as at its next start; with default); none to skip",
+            "from its own records, as at its next start; with default; with single-search, "
+            "that host compiles again too); none to skip",
         ),
     ] = ["default", "max-autotune", "gemm-only"],  # noqa: B006
     out: Annotated[Path | None, typer.Option(help="append each case's JSON line here")] = None,

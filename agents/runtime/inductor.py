@@ -47,6 +47,7 @@ import logging
 import math
 import re
 import statistics
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, nullcontext
@@ -239,6 +240,8 @@ class CompiledStats:
     kernel_lookups: int = 0  # pointwise and reduction kernels about to be tuned
     kernel_hits: int = 0  # of those, run with a known configuration, untuned
     kernels_tuned: int = 0  # tuned here, recorded and pushed
+    retime_s: float = 0.0  # seconds spent timing searches' finalists again
+    kernel_tune_s: float = 0.0  # seconds spent in inductor's tuning of kernels
 
 
 class InductorFleet:
@@ -446,7 +449,9 @@ class InductorFleet:
             if served is not None:
                 self.stats.kernel_hits += 1
                 return served
+        start = time.perf_counter()
         winner = tune(autotuner, launcher, *args, **kwargs)
+        self.stats.kernel_tune_s += time.perf_counter() - start
         self.record_kernel(problem, autotuner, winner)
         return winner
 
@@ -528,7 +533,9 @@ class InductorFleet:
         searched = {choice: float(timings[choice]) for choice in tagged}
         medians: dict[str, float] = {}
         if bench is not None and self.finalists:
+            start = time.perf_counter()
             medians = self.retime(tagged, searched, bench)
+            self.stats.retime_s += time.perf_counter() - start
         if medians:
             self._retimed[problem.key_hash()] = medians
             self.stats.retimed += 1

@@ -86,6 +86,12 @@ COMPILED_RATIOS = (
     ("compile_tps_vs_single_search", "single_search_compile_tps", "compile_tps"),
     ("restart_vs_max_autotune", "max_autotune", "restart_compile_tps"),
     ("restart_vs_compile_tps", "compile_tps", "restart_compile_tps"),
+    ("single_search_restart_vs_max_autotune", "max_autotune", "single_search_restart_compile_tps"),
+    (
+        "single_search_restart_vs_restart",
+        "restart_compile_tps",
+        "single_search_restart_compile_tps",
+    ),
 )
 
 
@@ -173,6 +179,17 @@ class CaseResult:
     restart_vs_max_autotune: float | None = None
     restart_vs_compile_tps: float | None = None
     compile_tps_retimed: int | None = None
+    # of host 1's compile, the seconds spent timing finalists again and tuning kernels
+    compile_tps_retime_s: float | None = None
+    compile_tps_kernel_tune_s: float | None = None
+    # the other hosts' compiles, cold (seconds of their first call)
+    host_timed_compile_s: float | None = None
+    single_search_compile_s: float | None = None
+    # with restart: the single-search host compiling again from its own records
+    single_search_restart_compile_tps_ms: float | None = None
+    single_search_restart_compile_s: float | None = None
+    single_search_restart_vs_max_autotune: float | None = None
+    single_search_restart_vs_restart: float | None = None
     second_host_probes: int | None = None
     second_host_speedup: float | None = None
     second_host_warm_start_s: float | None = None
@@ -487,6 +504,8 @@ def _compiled(
                 result.compile_tps_tuning_s = first_call(variants["compile_tps"], "compile_tps")
             result.compile_tps_searched = searched.stats.searched
             result.compile_tps_retimed = searched.stats.retimed
+            result.compile_tps_retime_s = searched.stats.retime_s
+            result.compile_tps_kernel_tune_s = searched.stats.kernel_tune_s
             result.compile_tps_kernels_tuned = searched.stats.kernels_tuned
             fleet.first.flush()  # host 1's searches go to the service
             if "restart" in compile_modes:
@@ -548,7 +567,22 @@ def _compiled(
                     torch.compile(copy.deepcopy(model), options={**gemm_search, **marker})
                 )
                 with tps_runtime.compiled(own, **how):
-                    first_call(variants[variant], variant)
+                    compile_s = first_call(variants[variant], variant)
+                setattr(result, f"{mode.replace('-', '_')}_compile_s", compile_s)
+                if mode == "single-search" and "restart" in compile_modes:
+                    # its next start, as host 1's restart: no kernels in memory, its own cache
+                    _new_process_kernels()
+                    restarted = "single_search_restart_compile_tps"
+                    variants[restarted] = forward(
+                        torch.compile(
+                            copy.deepcopy(model),
+                            options={**gemm_search, **marker, "trace.ir_pre_fusion": False},
+                        )
+                    )
+                    with tps_runtime.compiled(own, **how):
+                        result.single_search_restart_compile_s = first_call(
+                            variants[restarted], restarted
+                        )
                 own.close()
     if searches is not None:
         saver.feedback_saver_fns.remove(searches)
@@ -571,6 +605,7 @@ def _compiled(
     result.host_timed_compile_tps_ms = times.get("host_timed_compile_tps")
     result.single_search_compile_tps_ms = times.get("single_search_compile_tps")
     result.restart_compile_tps_ms = times.get("restart_compile_tps")
+    result.single_search_restart_compile_tps_ms = times.get("single_search_restart_compile_tps")
 
 
 def _new_process_kernels() -> None:

@@ -250,6 +250,7 @@ def test_a_searchs_finalists_are_timed_again_and_their_medians_choose(make_runti
     assert recorded[16].median_us == pytest.approx(13.0) and recorded[16].samples == 1
     assert fleet.configs(problem) == [{"template_id": "triton::mm", "BLOCK_M": 64}]
     assert fleet.stats.retimed == 1 and fleet.stats.searched == 1
+    assert fleet.stats.retime_s > 0 and fleet.stats.kernel_tune_s == 0
     # the graph repeats the product: inductor's cached single timings get the medians again,
     # and nothing is timed or recorded twice
     repeat = tagged_search(problem, FIRST_SEARCH)
@@ -668,11 +669,14 @@ def test_a_kernels_tuning_is_recorded_then_served_without_tuning(make_runtime):
     assert winner.candidate.params["R0_BLOCK"] == 128 and winner.median_us == pytest.approx(21.0)
     assert sum(not m.valid for m in run.measurements) == 1  # the configuration that failed
     assert fleet.stats.kernels_tuned == 1 and fleet.stats.searched == 0
+    tuned_s = fleet.stats.kernel_tune_s
+    assert tuned_s > 0
 
     # the same kernel again (this host's cache): built with that configuration, not tuned
     again = Autotuner()
     launched = fleet.tune_kernel(tuning(again, (64, 4), calls), again, "initial")
     assert calls == ["initial"] and fleet.stats.kernel_hits == 1
+    assert fleet.stats.kernel_tune_s == tuned_s
     (built,) = again.built
     assert built.kwargs == {"R0_BLOCK": 128, "XBLOCK": 1} and built.num_warps == 8
     assert built.found_by_coordesc and launched.config is built
