@@ -71,7 +71,11 @@ def open_device(name: str = "auto", *, sm_limit: int | None = None) -> Device:
 
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
+    if sm_limit is not None and sm_limit < 1:
+        raise ValueError(f"sm_limit must be at least 1 SM, not {sm_limit}")
     if name == "cpu":
+        if sm_limit is not None:
+            raise ValueError("sm_limit is a CUDA green context's: the CPU has no SMs to limit")
         return Device(kind="cpu", threads=torch.get_num_threads() or os.cpu_count())
     if not name.startswith("cuda"):
         raise ValueError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N")

@@ -11,6 +11,11 @@ Inside `compiled(session)`:
   does with its finalists. On the H200 that was slower than the winner alone in 3 of 4
   cases (BENCHMARKS.md): decode there is bound by the host, and the epilogue benchmarking,
   which compares GPU time only, leaves more kernels to launch;
+- a product this GPU model never compiled, which the fleet compiled on other hardware of
+  its vendor, is searched among the most similar hardware's `likely` fastest configurations
+  (4, and its fastest extern choice): the service's `compiled` source of priors. The search
+  is this host's own, timed and recorded as below, so a new GPU model does not pay
+  max-autotune's whole search for what the fleet already ranked;
 - a product nobody measured yet is searched by inductor as under max-autotune, and TPS
   records every configuration it timed: a probe run per product, cached here and pushed
   to the service, so the next host of the same GPU model compiles it with no search.
@@ -69,6 +74,9 @@ BACKEND = INDUCTOR_BACKEND
 TEMPLATE_ID = "template_id"
 EXTERN_PREFIX = "aten::"  # inductor's uid of an ATen/extern choice (cuBLAS), e.g. aten::addmm
 SHORTLIST = 1  # the winner alone: measured faster than a shortlist of 3
+# A product this GPU model has not compiled yet, which the most similar hardware has: its
+# fastest LIKELY configurations are what inductor times (and the fastest extern choice).
+LIKELY = 4
 # A search's finalists, timed again before its winner is recorded for the fleet: every
 # configuration within FINALIST_SPREAD of the fastest, at most FINALISTS of them, each in
 # FINALIST_ROUNDS rounds whose order turns, by its kernels' device time.
@@ -241,6 +249,7 @@ class CompiledStats:
     kernel_hits: int = 0  # of those, run with a known configuration, untuned
     kernels_tuned: int = 0  # tuned here, recorded and pushed
     retime_s: float = 0.0  # seconds spent timing searches' finalists again
+    likely: int = 0  # searched products that timed the most similar hardware's fastest only
     kernel_tune_s: float = 0.0  # seconds spent in inductor's tuning of kernels
 
 
@@ -251,7 +260,9 @@ class InductorFleet:
     (1, the default: the winner alone, which inductor compiles with no timing).
     `finalists` is how many of a search's fastest configurations are timed again, in
     `rounds` rounds, before its winner is chosen and recorded (0: the search's one timing
-    decides).
+    decides). `likely` is how many configurations a search times where this GPU model has
+    no winner but the fleet answers with the most similar hardware's ranking (0: inductor's
+    whole search space); the search is recorded as any other.
     """
 
     def __init__(
@@ -261,9 +272,12 @@ class InductorFleet:
         shortlist: int = SHORTLIST,
         finalists: int = FINALISTS,
         rounds: int = FINALIST_ROUNDS,
+        likely: int = LIKELY,
     ) -> None:
         if shortlist < 1:
             raise ValueError(f"shortlist must be at least 1, not {shortlist}")
+        if likely < 0 or likely == 1:
+            raise ValueError(f"likely must be 0 or at least 2 (a search), not {likely}")
         if finalists < 0 or finalists == 1 or rounds < 1:
             raise ValueError(
                 f"finalists must be 0 or at least 2 and rounds at least 1, not {finalists} "
@@ -273,11 +287,15 @@ class InductorFleet:
         self.shortlist = shortlist
         self.finalists = finalists
         self.rounds = rounds
+        self.likely = likely
         self.stats = CompiledStats()
         self._asked: set[str] = set()
         self._recorded: set[str] = set()
         self._problems: dict[str, ProblemKey] = {}
         self._rankings: dict[str, list[Candidate]] = {}
+        # the most similar hardware's ranking, where this hardware has none (source nearest)
+        self._nearest: dict[str, list[Candidate]] = {}
+        self._likely: set[str] = set()
         # a searched product's finalists: candidate id -> median of their timings again (ms)
         self._retimed: dict[str, dict[str, float]] = {}
 
@@ -294,7 +312,9 @@ class InductorFleet:
             if entry is None and asked is not None:
                 entry = asked
                 self.stats.fleet_hits += 1
-        if entry is None or entry.winner.backend != BACKEND:
+        if entry is None:
+            return self.likely_configs(problem)
+        if entry.winner.backend != BACKEND:
             return None
         self.stats.hits += 1
         shortlist = self.shortlisted(problem, entry.winner)
@@ -315,13 +335,36 @@ class InductorFleet:
             shortlist += [c for c in ranking if _is_extern(c)][:1]
         return shortlist
 
-    def learn(self, run: ProbeRun) -> None:
-        """Keep the ranking of a search: its valid configurations, fastest first."""
+    def likely_configs(self, problem: ProblemKey) -> list[dict[str, Any]] | None:
+        """The configurations a search of `problem` times where the most similar hardware
+        ranked it: its `likely` fastest, plus its fastest extern choice; None: every one.
+
+        The search is this hardware's own (timed here, its finalists again, recorded).
+        """
+        key = problem.key_hash()
+        nearest = self._nearest.get(key, [])
+        if self.likely < 2 or not self.searching(problem):
+            return None
+        picks = nearest[: self.likely]
+        if not any(_is_extern(c) for c in picks):
+            picks += [c for c in nearest if _is_extern(c)][:1]
+        if len(picks) < 2:
+            return None
+        self._likely.add(key)
+        self.stats.likely = len(self._likely)
+        return [dict(c.params) for c in picks]
+
+    def learn(self, run: ProbeRun, *, nearest: bool = False) -> None:
+        """Keep the ranking of a search: its valid configurations, fastest first.
+
+        With `nearest`, the search is another hardware's (the most similar one that ran
+        the product): a search of the product here times its fastest `likely` only.
+        """
         valid = [m for m in run.measurements if m.valid and m.median_us is not None]
         valid.sort(key=lambda m: m.median_us or math.inf)
         ranking = [m.candidate for m in valid if m.candidate.backend == BACKEND]
         if ranking:
-            self._rankings[run.problem.key_hash()] = ranking
+            (self._nearest if nearest else self._rankings)[run.problem.key_hash()] = ranking
             self._problems.setdefault(run.problem.key_hash(), run.problem)
 
     def searching(self, problem: ProblemKey) -> bool:
@@ -349,11 +392,12 @@ class InductorFleet:
             log.warning("no fleet answer for %s; inductor searches: %s", problem.canonical(), exc)
             return None
         for prior in priors:
-            if prior.source == "observed":
-                ranked = sorted(prior.candidates, key=lambda c: c.rank)
-                ranking = [c.candidate for c in ranked if c.candidate.backend == BACKEND]
-                if ranking:
-                    self._rankings[key] = ranking
+            ranked = sorted(prior.candidates, key=lambda c: c.rank)
+            ranking = [c.candidate for c in ranked if c.candidate.backend == BACKEND]
+            if ranking and prior.source == "observed":
+                self._rankings[key] = ranking
+            elif ranking and prior.source == "nearest":
+                self._nearest[key] = ranking
         entries = fleet.entries(rt.hardware, [problem], priors)
         if rt.cache.get(problem, rt.hardware) is None:
             rt.cache.merge(entries)
@@ -776,6 +820,7 @@ def compiled(
     tune_kernels: bool = True,
     device_time: bool = True,
     finalists: int = FINALISTS,
+    likely: int = LIKELY,
     **options: Any,
 ) -> Iterator[InductorFleet]:
     """Compile inside the block with the fleet's GEMM winners; search and record the rest.
@@ -792,6 +837,9 @@ def compiled(
     On a GPU, `finalists` of each search's fastest configurations (those within 25% of the
     fastest) are timed again in 3 rounds before the winner is chosen and recorded (see
     `InductorFleet.retime`; 0 leaves the search's one timing to decide).
+    A product this GPU model never compiled, which the fleet compiled on similar hardware,
+    is searched among that hardware's `likely` fastest configurations only (0: inductor's
+    whole search).
     """
     import torch._inductor.config as inductor_config
     from torch._inductor import select_algorithm
@@ -802,7 +850,9 @@ def compiled(
     own = session is None
     session = session or open_session(**options)
     gpu = session.runtime.device.is_gpu
-    fleet = InductorFleet(session, shortlist=shortlist, finalists=finalists if gpu else 0)
+    fleet = InductorFleet(
+        session, shortlist=shortlist, finalists=finalists if gpu else 0, likely=likely
+    )
     handler = _choices_class()(fleet)
     saver = select_algorithm.get_algorithm_selector_cache()  # the one that searches
     with ExitStack() as stack:
@@ -849,7 +899,7 @@ def compile(
     """Return `model` compiled with the fleet's GEMM winners, compiling it now.
 
     The model is called once with `example` (its positional arguments, or one tensor)
-    inside `compiled` (`how`: shortlist, tune_kernels, device_time, finalists), which
+    inside `compiled` (`how`: shortlist, tune_kernels, device_time, finalists, likely), which
     searches and records what nobody measured yet. Where that compile searched, the model
     is compiled and called once more, from the winners just recorded (`recompile`): the
     program every other host of the fleet compiles. `options` are inductor's, for both

@@ -98,8 +98,12 @@ def open_session(
     probe_settings: Any = None,
     providers: list[str] | None = None,
     transport: httpx.BaseTransport | None = None,
+    sm_limit: int | None = None,
 ) -> RuntimeSession:
     """Open the device and assemble a runtime from the agent's own parts and settings.
+
+    `sm_limit` runs everything in a green context of that many SMs (CUDA): the session's
+    hardware is then the limited device, a GPU model of its own to the fleet.
 
     Defaults come from the agent's settings (TPS_AGENT_*): its cache file, so winners the
     agent probed are dispatched here, its service URL and token, its deployment secret
@@ -123,6 +127,7 @@ def open_session(
         settings=probe_settings or agent.probe,
         providers=providers,
         bans_path=bans,
+        sm_limit=sm_limit,
     )
     session = RuntimeSession(
         runtime=Runtime(

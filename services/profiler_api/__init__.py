@@ -8,8 +8,8 @@ Layout (a package per domain, SQL in repositories, commit at the request boundar
 - `errors`: `APIError` and its HTTP-status subclasses, rendered by one handler.
 - `orm`: the typed tables; `migrations/` (Alembic) mirrors them, checked by a test.
 - `ingest/`: POST /v1/probe-runs (body limits, validation, COPY, aggregates), readback.
-- `priors/`: POST/GET /v1/priors; each source of priors (`observed`, the active model's
-  `model` and `family`) is a `query.PriorBackend`, listed by name in `table.PRIOR_SOURCES`;
+- `priors/`: POST/GET /v1/priors; each source of priors (`observed`, `compiled`, the active
+  model's `model` and `family`) is a `query.PriorBackend`, listed by name in `table.PRIOR_SOURCES`;
   TPS_PRIOR_SOURCES chooses which answer and in what order.
 - `fleet/`: GET /v1/hardware, /v1/stats; `auth/`: tokens; `ops/`: health, metrics.
 - `training/`: POST /v1/admin/retrain, GET /v1/admin/jobs[/{id}], POST .../{id}/cancel; the

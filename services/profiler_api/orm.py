@@ -187,6 +187,13 @@ class CandidateStats(Base):
             "candidate_id",
             postgresql_where=text("valid_measurements > 0"),
         ),
+        # The hardware that measured a problem (the `compiled` source of priors).
+        Index(
+            "ix_candidate_stats_problem",
+            "problem_id",
+            "hardware_id",
+            postgresql_where=text("valid_measurements > 0"),
+        ),
     )
 
     hardware_id: Mapped[str] = _id(primary_key=True)

@@ -41,8 +41,11 @@ class Settings(BaseSettings):
     )
     rate_limit_burst: int = Field(default=2000, ge=1)
     max_queued_jobs_per_org: int = Field(default=4, ge=1, description="queued retrains (429)")
-    # Observed first: real measurements on this exact hardware beat any prediction.
-    prior_sources: list[str] = Field(default_factory=lambda: ["observed", "model", "family"])
+    # Observed first: real measurements on this exact hardware beat any prediction. A compiled
+    # product (inductor's) new to this hardware: the most similar hardware's measurements.
+    prior_sources: list[str] = Field(
+        default_factory=lambda: ["observed", "compiled", "model", "family"]
+    )
     priors_cache_s: float | None = Field(
         default=None,
         ge=0,

@@ -438,3 +438,45 @@ def test_the_lean_cublaslt_launch_runs_on_the_current_stream_and_in_a_graph():
     torch.cuda.synchronize()
     ok, err = close_to_default(static_y, x, w.t())
     assert ok, f"graph replay: relative error {err:.2e}"
+
+
+def test_a_new_gpu_model_searches_only_the_nearest_hardwares_fastest(tmp_path):
+    """A GPU model the fleet never compiled on times the most similar hardware's fastest
+    configurations of each product, with inductor, and records that search as its own."""
+    import torch._inductor.config as inductor_config
+
+    from agents.runtime import compiled
+
+    layer = torch.nn.Linear(1024, 3072, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(32, 1024, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        reference = torch.relu(layer(x))
+    first, runs = fleet_host(tmp_path, "host1"), []
+    first.runtime.on_probe = runs.append
+    second, own = fleet_host(tmp_path, "host2"), []
+    # another GPU model to the fleet (the fingerprint holds the SM limit)
+    second.runtime.hardware = second.runtime.hardware.model_copy(update={"unit_limit": 66})
+    second.runtime.on_probe = own.append
+    with inductor_config.patch(force_disable_caches=True), torch.no_grad():
+        torch._dynamo.reset()
+        f1 = torch.compile(lambda t: torch.relu(layer(t)))
+        with compiled(first, tune_kernels=False):
+            f1(x)
+        runs = [r for r in runs if r.problem.op == "gemm"]
+        assert runs and all(len(r.measurements) > 4 for r in runs)
+        torch._dynamo.reset()
+        f2 = torch.compile(lambda t: torch.relu(layer(t)))
+        with compiled(second, tune_kernels=False, likely=3) as fleet2:
+            for run in runs:  # the most similar hardware's searches, as the service gives them
+                fleet2.learn(run, nearest=True)
+            y2 = f2(x)
+    assert fleet2.stats.likely >= 1 and fleet2.stats.searched == fleet2.stats.likely
+    assert fleet2.stats.hits == 0
+    nearest = {r.problem.key_hash(): {m.candidate.id for m in r.measurements} for r in runs}
+    own = [r for r in own if r.problem.op == "gemm"]
+    assert own and all(r.hardware.unit_limit == 66 for r in own)
+    for run in own:  # the nearest's three fastest, and its fastest extern choice at most
+        assert 2 <= len(run.measurements) <= 4
+        assert {m.candidate.id for m in run.measurements} <= nearest[run.problem.key_hash()]
+    torch.testing.assert_close(y2, reference, atol=2e-2, rtol=2e-2)
+    first.close(), second.close()

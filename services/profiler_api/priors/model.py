@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from models import priors as model_priors
 from models.families import shape_vector
 from services.profiler_api.model_registry.cache import ActiveModelCache, LoadedModel
+from services.profiler_api.priors.compiled import is_compiled
 from services.profiler_api.priors.query import PriorQuery
 from services.profiler_api.priors.shared import SharedAnswers
 from tps.candidate import Candidate
@@ -111,6 +112,9 @@ class _ActiveModelBackend:
         self.memo = AnswerMemo(shared=shared)
 
     def _loaded(self, session: Session, query: PriorQuery) -> LoadedModel | Prior:
+        if is_compiled(query.problem):
+            # a compiler's configurations are in no model's universe (the `compiled` source)
+            return query.empty(f"{query.problem.canonical()} is a compiled product: not modelled")
         loaded = self.active.get(session)
         if loaded is None:
             return query.empty("no active model (POST /v1/admin/retrain)")

@@ -11,7 +11,7 @@ import psycopg
 from sqlalchemy import Double, Integer, Select, String, TextClause, bindparam, func, select, text
 from sqlalchemy.orm import Session
 
-from services.profiler_api.orm import CandidateRow, CandidateStats
+from services.profiler_api.orm import CandidateRow, CandidateStats, Hardware
 from services.profiler_api.priors.cache import CHANNEL, EVERYTHING, Pair, encode_pairs
 
 
@@ -42,6 +42,32 @@ def observed_candidates(
     """Return the candidates with valid observations, fastest geometric-mean median first."""
     params = {"hardware_id": hardware_id, "problem_id": problem_id, "limit": limit}
     return [ObservedCandidate(*row) for row in session.execute(OBSERVED_TOP, params).all()]
+
+
+def observers(
+    session: Session, *, problem_id: str, vendor: str, exclude: str, limit: int
+) -> list[tuple[str, dict[str, Any]]]:
+    """Return (fingerprint, spec) of `vendor`'s hardware, other than `exclude`, that has valid
+    observations of the problem: at most `limit`, by fingerprint."""
+    stats = CandidateStats
+    measured = (
+        select(stats.hardware_id)
+        .where(
+            stats.problem_id == problem_id,
+            stats.valid_measurements > 0,
+            stats.hardware_id != exclude,
+        )
+        .distinct()
+        .subquery()
+    )
+    rows = session.execute(
+        select(Hardware.fingerprint, Hardware.spec)
+        .join(measured, measured.c.hardware_id == Hardware.fingerprint)
+        .where(Hardware.vendor == vendor)
+        .order_by(Hardware.fingerprint)
+        .limit(limit)
+    ).all()
+    return [(fingerprint, spec) for fingerprint, spec in rows]
 
 
 def lookup_pair(session: Session, *, hardware_id: str, problem: str, limit: int) -> PairLookup:

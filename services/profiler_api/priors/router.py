@@ -36,7 +36,9 @@ from tps.bounds import NO_NUL
 from tps.schemas import Prior, PriorBatch, PriorBatchRequest, PriorRequest
 
 router = APIRouter(prefix="/v1", tags=["priors"])
-OBSERVED = frozenset({"observed"})
+# What a warm start is answered from: measurements (a compiled product's, on this hardware or,
+# new to it, on the most similar hardware), never predictions.
+MEASURED = frozenset({"observed", "compiled"})
 
 
 async def get_prior_service(request: Request) -> PriorService:
@@ -85,7 +87,7 @@ async def post_priors(
 @router.post(
     "/priors/batch",
     response_model=PriorBatch,
-    summary="Observed priors of many problems on one spec (a model's warm start)",
+    summary="Measured priors of many problems on one spec (a model's warm start)",
 )
 async def post_priors_batch(
     body: PriorBatchRequest,
@@ -96,13 +98,15 @@ async def post_priors_batch(
 ) -> PriorBatch:
     """Return, in the order asked, what the fleet measured for each problem on this hardware.
 
-    Only observed priors answer: a runtime that warm-starts a model dispatches measured
-    winners, and probes or keeps the default where the fleet has measured nothing.
+    Only measurements answer: a runtime that warm-starts a model dispatches measured
+    winners, and probes or keeps the default where the fleet has measured nothing. A
+    compiled product new to this hardware gets the most similar hardware's measurements
+    (source `nearest`), which a compiling host searches among instead of everything.
     """
 
     def ask_all(session: Session) -> list[Prior]:
         queries = [PriorQuery.of(body.hardware, p, limit=body.limit) for p in body.problems]
-        return [priors.prior(session, query, only=OBSERVED) for query in queries]
+        return [priors.prior(session, query, only=MEASURED) for query in queries]
 
     answers = await run_in_threadpool(read_with_retry, sessions, ask_all)
     for prior in answers:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from services.profiler_api.model_registry.cache import ActiveModelCache
+from services.profiler_api.priors.compiled import CompiledPriors
 from services.profiler_api.priors.model import FamilyPriors, ModelPriors
 from services.profiler_api.priors.observed import ObservedPriors
 from services.profiler_api.priors.query import PriorBackend
@@ -18,6 +19,7 @@ PriorBackendFactory = Callable[[ActiveModelCache, SharedAnswers | None], PriorBa
 
 PRIOR_SOURCES: tuple[tuple[str, PriorBackendFactory], ...] = (
     ("observed", lambda _active, _shared: ObservedPriors()),
+    ("compiled", lambda _active, _shared: CompiledPriors()),
     ("model", ModelPriors),
     ("family", FamilyPriors),
 )

@@ -544,6 +544,54 @@ def test_a_second_host_compiles_the_fleets_winner_without_a_search(make_runtime,
         assert asked == [1, 1, 1] and alone.stats.hits == 1
 
 
+def test_a_new_gpu_model_searches_only_the_most_similar_hardwares_fastest(
+    make_runtime, live_service
+):
+    """Host 1 of one GPU model records a search; a GPU model the fleet has not compiled on
+    times that search's fastest few only, records its own search, then is served it."""
+    import httpx
+
+    from agents.runtime.fleet import FleetPriors
+
+    runs = []
+    first = make_runtime()
+    first.on_probe = runs.append
+    problem = mm_problem(m=13)
+    timings = {"16": 0.030, "32": 0.020, "64": 0.012, "128": 0.015, "256": 0.025}
+    searched(InductorFleet(RuntimeSession(runtime=first)), problem, timings)
+    push(live_service, runs)
+
+    def new_gpu(units: int):
+        host = make_runtime()
+        host.cache = type(first.cache)(None)
+        host.hardware = first.hardware.model_copy(
+            update={"compute_units": first.hardware.compute_units + units}
+        )
+        return host
+
+    new = new_gpu(8)
+    with httpx.Client(base_url=live_service.base_url) as client:
+        fleet_priors = FleetPriors(client=client, token=live_service.agent_token, margin=0.01)
+        fleet = InductorFleet(RuntimeSession(runtime=new, fleet=fleet_priors), likely=3)
+        likely = [{"template_id": "triton::mm", "BLOCK_M": b} for b in (64, 128, 32)]
+        assert fleet.configs(problem) == likely  # the nearest's three fastest, in its order
+        assert fleet.searching(problem)  # a search, not a hit: tagged and recorded
+        assert fleet.stats.likely == 1 and fleet.stats.hits == 0 and fleet.stats.fleet_hits == 0
+        own = []
+        new.on_probe = own.append
+        searched(fleet, problem, {"64": 0.013, "128": 0.011, "32": 0.020})
+        (run,) = own
+        assert run.hardware == new.hardware and len(run.measurements) == 3
+        assert fleet.configs(problem) == [{"template_id": "triton::mm", "BLOCK_M": 128}]
+        assert fleet.stats.searched == 1 and fleet.stats.hits == 1
+
+        # likely=0: inductor's whole search, as for a product nobody compiled
+        whole = InductorFleet(RuntimeSession(runtime=new_gpu(16), fleet=fleet_priors), likely=0)
+        assert whole.configs(problem) is None and whole.stats.likely == 0
+        with pytest.raises(ValueError, match="likely must be 0 or at least 2"):
+            InductorFleet(RuntimeSession(runtime=new), likely=1)
+
+
 def test_a_torch_without_the_lookup_table_is_told_so(make_runtime, monkeypatch):
     import sys
 

@@ -67,7 +67,7 @@ def test_memo_forgets_a_failed_answer() -> None:
 
 
 def test_sources_are_built_in_the_order_asked_and_share_one_active_model() -> None:
-    assert [name for name, _ in PRIOR_SOURCES] == ["observed", "model", "family"]
+    assert [name for name, _ in PRIOR_SOURCES] == ["observed", "compiled", "model", "family"]
     active = ActiveModelCache()
     family, observed, model = build_prior_sources(["family", "observed", "model"], active=active)
     assert isinstance(family, FamilyPriors) and isinstance(model, ModelPriors)

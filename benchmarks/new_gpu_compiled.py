@@ -1,0 +1,228 @@
+"""A GPU model the fleet never compiled on: its first compile, with and without the fleet.
+
+Usage (device): python3 benchmarks/new_gpu_compiled.py --model opt-350m --case decode-b32 \
+    --sm-limit 66 --out F [--whole]
+
+On one H200, against the embedded service:
+1. the fleet: a process on the whole H200 compiles the case inside `tps_runtime.compiled`
+   (inductor searches every GEMM, TPS records it) and pushes its records;
+2. the new GPU model: a process in a green context of `--sm-limit` SMs (its own hardware
+   fingerprint) compiles the case cold four ways, then times them side by side on its
+   stream: torch.compile's default, max-autotune-no-cudagraphs, and TPS with the fleet
+   (each product searched among the most similar hardware's fastest configurations, the
+   service's `compiled` source), plus, with `--whole`, TPS without the fleet (inductor's
+   whole search, as host 1 of a fleet).
+Writes one JSON object (both processes' figures, ratios with paired 95% intervals).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+RATIOS = (
+    ("fleet_vs_max_autotune", "max_autotune", "fleet"),
+    ("fleet_vs_default", "default", "fleet"),
+    ("whole_vs_max_autotune", "max_autotune", "whole"),
+    ("fleet_vs_whole", "whole", "fleet"),
+)
+
+
+def _case(model_name: str, case: str) -> tuple[Any, Any]:
+    """The model in bf16 on the GPU, and a function of a module that runs one forward."""
+    import torch
+
+    from tools.bench.runtime import CASES, build_model
+
+    torch.manual_seed(0)
+    model = build_model(model_name, device="cuda").to(dtype=torch.bfloat16)
+    batch, tokens = CASES[case]
+    ids = torch.randint(0, model.config.vocab_size, (batch, tokens), device="cuda")
+
+    def forward(m: Any) -> Any:
+        def run() -> Any:
+            with torch.no_grad():
+                return m(input_ids=ids, use_cache=False).logits
+
+        return run
+
+    return model, forward
+
+
+def _first_call(run: Any) -> float:
+    import torch
+
+    start = time.perf_counter()
+    run()
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def _stats(fleet: Any) -> dict[str, Any]:
+    s = fleet.stats
+    return {
+        "searched": s.searched,
+        "likely": s.likely,
+        "hits": s.hits,
+        "retimed": s.retimed,
+        "retime_s": round(s.retime_s, 2),
+        "kernels_tuned": s.kernels_tuned,
+        "kernel_hits": s.kernel_hits,
+        "kernel_tune_s": round(s.kernel_tune_s, 2),
+    }
+
+
+def fleet_host(args: argparse.Namespace) -> dict[str, Any]:
+    """The whole H200, host 1 of the fleet: search, record, push."""
+    import torch
+
+    from agents import runtime as tps_runtime
+
+    session = tps_runtime.open_session(
+        device="cuda", cache=args.workdir / "fleet-cache.json", service=args.service,
+        token=args.token,
+    )  # fmt: skip
+    model, forward = _case(args.model, args.case)
+    run = forward(torch.compile(model, options={"max_autotune_gemm": True}))
+    with tps_runtime.compiled(session, finalists=args.fleet_finalists) as fleet:
+        compile_s = _first_call(run)
+    pushed = session.flush()
+    session.close()
+    return {
+        "hardware": session.runtime.hardware.model_dump(mode="json"),
+        "compile_s": round(compile_s, 2),
+        "pushed_runs": pushed,
+        **_stats(fleet),
+    }
+
+
+def new_host(args: argparse.Namespace) -> dict[str, Any]:
+    """A green context of `sm_limit` SMs: a GPU model the fleet has not compiled on."""
+    import torch
+
+    from agents import runtime as tps_runtime
+    from tools.bench.runtime import Clock
+
+    fleet_session = tps_runtime.open_session(
+        device="cuda", cache=args.workdir / "new-cache.json", service=args.service,
+        token=args.token, sm_limit=args.sm_limit,
+    )  # fmt: skip
+    hardware = fleet_session.runtime.hardware
+    model, forward = _case(args.model, args.case)
+    gemm_search: dict[str, Any] = {"max_autotune_gemm": True}
+    variants: dict[str, Any] = {}
+    out: dict[str, Any] = {"hardware": hardware.model_dump(mode="json")}
+    with torch._inductor.config.patch(force_disable_caches=True):
+        variants["default"] = forward(torch.compile(copy.deepcopy(model)))
+        out["default_compile_s"] = round(_first_call(variants["default"]), 2)
+        variants["max_autotune"] = forward(
+            torch.compile(copy.deepcopy(model), mode="max-autotune-no-cudagraphs")
+        )
+        out["max_autotune_compile_s"] = round(_first_call(variants["max_autotune"]), 2)
+    _forget_kernels()  # max-autotune's tuned kernels, kept in memory by their source
+    variants["fleet"] = forward(torch.compile(copy.deepcopy(model), options=gemm_search))
+    with tps_runtime.compiled(fleet_session) as fleet:
+        out["fleet_compile_s"] = round(_first_call(variants["fleet"]), 2)
+    out["fleet"] = _stats(fleet)
+    fleet_session.close()
+    if args.whole:
+        _forget_kernels()
+        # One green context a process: this session runs on the one opened above (its
+        # stream stays current), as the same hardware, with no service.
+        alone = tps_runtime.open_session(device="cuda", cache=args.workdir / "whole-cache.json")
+        alone.runtime.hardware = hardware
+        alone.runtime.device = fleet_session.runtime.device
+        variants["whole"] = forward(
+            torch.compile(copy.deepcopy(model), options={**gemm_search, "trace.enabled": False})
+        )
+        with tps_runtime.compiled(alone) as whole:
+            out["whole_compile_s"] = round(_first_call(variants["whole"]), 2)
+        out["whole"] = _stats(whole)
+        alone.close()
+    clock = Clock("cuda")
+    times = clock.side_by_side(variants)
+    out["ms"] = {name: round(ms, 4) for name, ms in times.items()}
+    out["ratios"] = {}
+    for name, numerator, denominator in RATIOS:
+        if numerator in times and denominator in times:
+            out["ratios"][name] = [
+                round(times[numerator] / times[denominator], 4),
+                round(clock.paired(numerator, denominator), 4),
+                *[round(x, 4) for x in clock.interval(numerator, denominator)],
+            ]
+    return out
+
+
+def _forget_kernels() -> None:
+    from tools.bench.runtime import _new_process_kernels
+
+    _new_process_kernels()
+
+
+def _child(role: str, args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
+    command = [
+        sys.executable, __file__, "--role", role, "--model", args.model, "--case", args.case,
+        "--sm-limit", str(args.sm_limit), "--service", args.service, "--token", args.token,
+        "--workdir", str(args.workdir), "--fleet-finalists", str(args.fleet_finalists), *extra,
+    ]  # fmt: skip
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ))
+    sys.stderr.write(done.stderr[-3000:])
+    if done.returncode != 0:
+        raise SystemExit(f"{role} process failed ({done.returncode})")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    result["process_s"] = round(time.perf_counter() - start, 1)
+    return result
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="opt-350m")
+    p.add_argument("--case", default="decode-b32")
+    p.add_argument("--sm-limit", type=int, default=66)
+    p.add_argument("--whole", action="store_true", help="also TPS without the fleet")
+    p.add_argument("--fleet-finalists", type=int, default=8)
+    p.add_argument("--out", type=Path)
+    p.add_argument("--role", choices=["fleet", "new"])
+    p.add_argument("--service")
+    p.add_argument("--token")
+    p.add_argument("--workdir", type=Path)
+    args = p.parse_args()
+    if args.role == "fleet":
+        print(json.dumps(fleet_host(args)))  # noqa: T201  (read by the parent)
+        return
+    if args.role == "new":
+        print(json.dumps(new_host(args)))  # noqa: T201  (read by the parent)
+        return
+    from cli.bench_runtime import embedded_service
+
+    started = time.perf_counter()
+    with embedded_service() as (url, token), tempfile.TemporaryDirectory() as tmp:
+        args.service, args.token, args.workdir = url, token, Path(tmp)
+        first = _child("fleet", args, [])
+        print(f"fleet: {first}", file=sys.stderr)  # noqa: T201
+        second = _child("new", args, ["--whole"] if args.whole else [])
+    result = {
+        "model": args.model,
+        "case": args.case,
+        "sm_limit": args.sm_limit,
+        "fleet_host": first,
+        "new_gpu_host": second,
+        "wall_s": round(time.perf_counter() - started, 1),
+    }
+    text = json.dumps(result, indent=2)
+    if args.out is not None:
+        args.out.write_text(text + "\n")
+    print(text)  # noqa: T201  (the script's output)
+
+
+if __name__ == "__main__":
+    main()
