@@ -1,7 +1,7 @@
 """A GPU model the fleet never compiled on: its first compile, with and without the fleet.
 
 Usage (device): python3 benchmarks/new_gpu_compiled.py --model opt-350m --case decode-b32 \
-    --sm-limit 66 --out F [--whole]
+    --sm-limit 64 --out F [--whole]
 
 On one H200, against the embedded service:
 1. the fleet: a process on the whole H200 compiles the case inside `tps_runtime.compiled`
@@ -57,13 +57,15 @@ def _case(model_name: str, case: str) -> tuple[Any, Any]:
     return model, forward
 
 
-def _first_call(run: Any) -> float:
+def _first_call(run: Any, what: str) -> float:
     import torch
 
     start = time.perf_counter()
     run()
     torch.cuda.synchronize()
-    return time.perf_counter() - start
+    took = time.perf_counter() - start
+    print(f"{what}: compiled in {took:.1f} s", file=sys.stderr, flush=True)  # noqa: T201
+    return took
 
 
 def _stats(fleet: Any) -> dict[str, Any]:
@@ -93,7 +95,7 @@ def fleet_host(args: argparse.Namespace) -> dict[str, Any]:
     model, forward = _case(args.model, args.case)
     run = forward(torch.compile(model, options={"max_autotune_gemm": True}))
     with tps_runtime.compiled(session, finalists=args.fleet_finalists) as fleet:
-        compile_s = _first_call(run)
+        compile_s = _first_call(run, "fleet host")
     pushed = session.flush()
     session.close()
     return {
@@ -122,15 +124,17 @@ def new_host(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"hardware": hardware.model_dump(mode="json")}
     with torch._inductor.config.patch(force_disable_caches=True):
         variants["default"] = forward(torch.compile(copy.deepcopy(model)))
-        out["default_compile_s"] = round(_first_call(variants["default"]), 2)
+        out["default_compile_s"] = round(_first_call(variants["default"], "default"), 2)
         variants["max_autotune"] = forward(
             torch.compile(copy.deepcopy(model), mode="max-autotune-no-cudagraphs")
         )
-        out["max_autotune_compile_s"] = round(_first_call(variants["max_autotune"]), 2)
+        out["max_autotune_compile_s"] = round(
+            _first_call(variants["max_autotune"], "max-autotune"), 2
+        )
     _forget_kernels()  # max-autotune's tuned kernels, kept in memory by their source
     variants["fleet"] = forward(torch.compile(copy.deepcopy(model), options=gemm_search))
     with tps_runtime.compiled(fleet_session) as fleet:
-        out["fleet_compile_s"] = round(_first_call(variants["fleet"]), 2)
+        out["fleet_compile_s"] = round(_first_call(variants["fleet"], "new GPU with the fleet"), 2)
     out["fleet"] = _stats(fleet)
     fleet_session.close()
     if args.whole:
@@ -144,7 +148,7 @@ def new_host(args: argparse.Namespace) -> dict[str, Any]:
             torch.compile(copy.deepcopy(model), options={**gemm_search, "trace.enabled": False})
         )
         with tps_runtime.compiled(alone) as whole:
-            out["whole_compile_s"] = round(_first_call(variants["whole"]), 2)
+            out["whole_compile_s"] = round(_first_call(variants["whole"], "new GPU alone"), 2)
         out["whole"] = _stats(whole)
         alone.close()
     clock = Clock("cuda")
@@ -174,10 +178,19 @@ def _child(role: str, args: argparse.Namespace, extra: list[str]) -> dict[str, A
         "--workdir", str(args.workdir), "--fleet-finalists", str(args.fleet_finalists), *extra,
     ]  # fmt: skip
     start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ))
-    sys.stderr.write(done.stderr[-3000:])
-    if done.returncode != 0:
-        raise SystemExit(f"{role} process failed ({done.returncode})")
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, env=dict(os.environ), timeout=args.timeout_s
+        )
+    except subprocess.TimeoutExpired as exc:
+        late = f"{role} process still running after {args.timeout_s} s"
+        return {"error": late, "stderr": str(exc.stderr)[-2000:]}
+    if done.returncode != 0 or not done.stdout.strip():
+        failed = f"{role} process failed ({done.returncode})"
+        return {"error": failed, "stderr": done.stderr[-4000:]}
+    for line in done.stderr.splitlines():
+        if "compiled in" in line:
+            print(f"{role}: {line}", file=sys.stderr)  # noqa: T201
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     result["process_s"] = round(time.perf_counter() - start, 1)
     return result
@@ -187,10 +200,11 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="opt-350m")
     p.add_argument("--case", default="decode-b32")
-    p.add_argument("--sm-limit", type=int, default=66)
+    p.add_argument("--sm-limit", type=int, default=64)
     p.add_argument("--whole", action="store_true", help="also TPS without the fleet")
     p.add_argument("--fleet-finalists", type=int, default=8)
     p.add_argument("--out", type=Path)
+    p.add_argument("--timeout-s", type=float, default=400.0, help="each process's limit")
     p.add_argument("--role", choices=["fleet", "new"])
     p.add_argument("--service")
     p.add_argument("--token")
@@ -208,8 +222,8 @@ def main() -> None:
     with embedded_service() as (url, token), tempfile.TemporaryDirectory() as tmp:
         args.service, args.token, args.workdir = url, token, Path(tmp)
         first = _child("fleet", args, [])
-        print(f"fleet: {first}", file=sys.stderr)  # noqa: T201
-        second = _child("new", args, ["--whole"] if args.whole else [])
+        print(f"fleet: {json.dumps(first)[:1500]}", file=sys.stderr)  # noqa: T201
+        second = {} if "error" in first else _child("new", args, ["--whole"] if args.whole else [])
     result = {
         "model": args.model,
         "case": args.case,
