@@ -786,20 +786,23 @@ def _choices_class() -> type:
                     grouped.setdefault(template_id, []).append(kwargs)
             return grouped
 
-        def _fallback(
+        def _finalize_template_configs(
             self,
             template_choices: Any,
             kernel_inputs: Any,
             templates: Any,
             op_name: str,
-            kwarg_overrides: Any = None,
+            *rest: Any,  # kwarg_overrides (and max_autotune, in an older inductor)
+            **more: Any,
         ) -> Any:
-            chosen = super()._fallback(
-                template_choices, kernel_inputs, templates, op_name, kwarg_overrides
+            chosen = super()._finalize_template_configs(
+                template_choices, kernel_inputs, templates, op_name, *rest, **more
             )
             problem = self.fleet.problem_of(kernel_inputs, op_name)
             # A served product is not searched: templates its configurations do not name
-            # (ATen's, which torch 2.13 asks for apart in addmm) join it unrecorded.
+            # (ATen's, which torch 2.13 asks for apart in addmm) join it unrecorded. A
+            # search is tagged for recording, whether it times inductor's whole space (a
+            # lookup miss) or the most similar hardware's fastest (`likely`, a lookup hit).
             if problem is None or not self.fleet.searching(problem):
                 return chosen
             for ktc in chosen:

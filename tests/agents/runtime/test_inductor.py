@@ -361,7 +361,9 @@ def test_only_a_product_being_searched_is_tagged_for_recording(make_runtime):
 
     def fallback(m: int) -> TemplateChoice:
         ktc = TemplateChoice(Template("aten::addmm"), Params({}))
-        chosen = choices._fallback({"aten::addmm": iter([ktc])}, inputs_of(m), [], "mm")
+        chosen = choices._finalize_template_configs(
+            {"aten::addmm": iter([ktc])}, inputs_of(m), [], "mm"
+        )
         assert chosen == [ktc]
         return ktc
 
@@ -369,6 +371,35 @@ def test_only_a_product_being_searched_is_tagged_for_recording(make_runtime):
     assert tagged.annotations["tps"][0] == searched_problem.key_hash()
     assert tagged.annotations["tps"][1].params == {"template_id": "aten::addmm"}
     assert "tps" not in fallback(8).annotations
+
+
+def test_a_search_among_the_nearest_hardwares_fastest_is_tagged_for_recording(make_runtime):
+    """Inductor builds a likely search's choices from the lookup (a hit), not its fallback."""
+    fleet = InductorFleet(RuntimeSession(runtime=make_runtime()), likely=2)
+    problem = mm_problem(m=4)
+    nearest = []
+    other = make_runtime()
+    other.on_probe = nearest.append
+    ranked_search(InductorFleet(RuntimeSession(runtime=other)), problem, SEARCH)
+    fleet.learn(nearest[0], nearest=True)
+    choices = _choices_class()(fleet)
+    built: list[Any] = []
+
+    def from_lookup(found: dict[str, list[dict[str, Any]]], *_: Any) -> list[TemplateChoice]:
+        for template_id, configs in found.items():
+            built.extend(TemplateChoice(Template(template_id), Params(c)) for c in configs)
+        return built
+
+    choices._create_lookup_choices = from_lookup  # type: ignore[method-assign]
+    templates = [Template("triton::mm"), Template("aten::addmm")]
+    chosen = choices._finalize_template_configs({}, inputs_of(4), templates, "mm")
+    assert chosen == built and len(built) == 3  # the nearest's two fastest and its extern
+    assert [c.annotations["tps"][1].params for c in built] == [
+        {"template_id": "triton::mm", "BLOCK_M": 64},
+        {"template_id": "triton::mm", "BLOCK_M": 32},
+        {"template_id": "aten::addmm"},
+    ]
+    assert fleet.stats.likely == 1
 
 
 def test_the_lookup_answers_only_templates_in_use(make_runtime):
