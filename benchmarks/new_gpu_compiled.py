@@ -38,23 +38,9 @@ RATIOS = (
 
 def _case(model_name: str, case: str) -> tuple[Any, Any]:
     """The model in bf16 on the GPU, and a function of a module that runs one forward."""
-    import torch
+    from tools.bench.runtime import cuda_forwards
 
-    from tools.bench.runtime import CASES, build_model
-
-    torch.manual_seed(0)
-    model = build_model(model_name, device="cuda").to(dtype=torch.bfloat16)
-    batch, tokens = CASES[case]
-    ids = torch.randint(0, model.config.vocab_size, (batch, tokens), device="cuda")
-
-    def forward(m: Any) -> Any:
-        def run() -> Any:
-            with torch.no_grad():
-                return m(input_ids=ids, use_cache=False).logits
-
-        return run
-
-    return model, forward
+    return cuda_forwards(model_name, case)
 
 
 def _first_call(run: Any, what: str) -> float:

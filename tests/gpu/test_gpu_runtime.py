@@ -64,6 +64,14 @@ def offered(backend, problem, limit=4):
     return provider.candidates(problem, device, limit=limit, operands=operands)
 
 
+def linear_relu():
+    """A bf16 Linear(1024, 3072), an input of 32 rows and relu(layer(x)) computed eagerly."""
+    layer = torch.nn.Linear(1024, 3072, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(32, 1024, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        return layer, x, torch.relu(layer(x))
+
+
 def close_to_default(out, a, b, dtype="bf16"):
     from agents.ops.base import TOLERANCE, relative_error
 
@@ -222,10 +230,7 @@ def test_compiled_searches_a_product_once_and_a_second_host_compiles_it_with_no_
 
     from agents.runtime import compiled
 
-    layer = torch.nn.Linear(1024, 3072, device="cuda", dtype=torch.bfloat16)
-    x = torch.randn(32, 1024, device="cuda", dtype=torch.bfloat16)
-    with torch.no_grad():
-        reference = torch.relu(layer(x))
+    layer, x, reference = linear_relu()
 
     first, runs = fleet_host(tmp_path, "host1"), []
     first.runtime.on_probe = runs.append
@@ -447,10 +452,7 @@ def test_a_new_gpu_model_searches_only_the_nearest_hardwares_fastest(tmp_path):
 
     from agents.runtime import compiled
 
-    layer = torch.nn.Linear(1024, 3072, device="cuda", dtype=torch.bfloat16)
-    x = torch.randn(32, 1024, device="cuda", dtype=torch.bfloat16)
-    with torch.no_grad():
-        reference = torch.relu(layer(x))
+    layer, x, reference = linear_relu()
     first, runs = fleet_host(tmp_path, "host1"), []
     first.runtime.on_probe = runs.append
     second, own = fleet_host(tmp_path, "host2"), []

@@ -802,9 +802,10 @@ def _host(device: str, workdir: Path, name: str, service: str | None, token: str
     )
 
 
-def cuda_case(model_name: str, case: str) -> tuple[Any, Callable[[], Any]]:
-    """Build `model_name` in bf16 on the GPU, seeded, and return it with one forward of
-    `case` (no grad, no KV cache), as the diagnosis scripts of benchmarks/ use them."""
+def cuda_forwards(model_name: str, case: str) -> tuple[Any, Callable[[Any], Callable[[], Any]]]:
+    """Build `model_name` in bf16 on the GPU, seeded, and return it with a function that
+    makes one forward of `case` (no grad, no KV cache) for a module: the model or a compiled
+    copy, as the diagnosis scripts of benchmarks/ compare them."""
     import torch
 
     torch.manual_seed(0)
@@ -812,11 +813,20 @@ def cuda_case(model_name: str, case: str) -> tuple[Any, Callable[[], Any]]:
     batch, tokens = CASES[case]
     ids = torch.randint(0, model.config.vocab_size, (batch, tokens), device="cuda")
 
-    def run() -> Any:
-        with torch.no_grad():
-            return model(input_ids=ids, use_cache=False).logits
+    def forward(m: Any) -> Callable[[], Any]:
+        def run() -> Any:
+            with torch.no_grad():
+                return m(input_ids=ids, use_cache=False).logits
 
-    return model, run
+        return run
+
+    return model, forward
+
+
+def cuda_case(model_name: str, case: str) -> tuple[Any, Callable[[], Any]]:
+    """`cuda_forwards`'s model, with its own forward."""
+    model, forward = cuda_forwards(model_name, case)
+    return model, forward(model)
 
 
 def tuned_host(model: Any, run: Callable[[], Any], workdir: Path) -> tuple[Any, dict[str, Any]]:
