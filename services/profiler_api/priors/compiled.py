@@ -49,6 +49,7 @@ class CompiledPriors:
             session,
             problem_id=query.problem_hash,
             vendor=vendor,
+            arch=query.hardware.arch,
             exclude=query.hardware_fingerprint,
             limit=MAX_OBSERVERS,
         )

@@ -45,10 +45,11 @@ def observed_candidates(
 
 
 def observers(
-    session: Session, *, problem_id: str, vendor: str, exclude: str, limit: int
+    session: Session, *, problem_id: str, vendor: str, arch: str, exclude: str, limit: int
 ) -> list[tuple[str, dict[str, Any]]]:
     """Return (fingerprint, spec) of `vendor`'s hardware, other than `exclude`, that has valid
-    observations of the problem: at most `limit`, by fingerprint."""
+    observations of the problem: at most `limit`, those of architecture `arch` first, then by
+    fingerprint."""
     stats = CandidateStats
     measured = (
         select(stats.hardware_id)
@@ -64,7 +65,7 @@ def observers(
         select(Hardware.fingerprint, Hardware.spec)
         .join(measured, measured.c.hardware_id == Hardware.fingerprint)
         .where(Hardware.vendor == vendor)
-        .order_by(Hardware.fingerprint)
+        .order_by((Hardware.arch == arch).desc(), Hardware.fingerprint)
         .limit(limit)
     ).all()
     return [(fingerprint, spec) for fingerprint, spec in rows]

@@ -99,3 +99,37 @@ def test_the_model_sources_leave_a_compiled_product_alone() -> None:
     for source in (ModelPriors, FamilyPriors):
         prior = source(active=None).rank(None, query)  # type: ignore[arg-type]
         assert prior.candidates == [] and "a compiled product: not modelled" in (prior.reason or "")
+
+
+def test_the_hardware_read_is_of_the_asking_architecture_first(live_service: LiveService) -> None:
+    """Past the bound of hardware read, the same architecture's are the ones read."""
+    from sqlalchemy.orm import Session
+
+    from services.profiler_api.db import make_engine
+    from services.profiler_api.priors import repository
+    from services.profiler_api.settings import Settings
+
+    problem = _compiled_problem()
+    hopper = hardware_spec()
+    ampere = hardware_spec(name="NVIDIA A100", arch="sm_80", compute_units=108)
+    runs = [
+        probe_run(hardware=hw, problem=problem, latencies=[(_config(64), 9.0)])
+        for hw in (hopper, ampere)
+    ]
+    _push(live_service, runs)
+    engine = make_engine(live_service.database_url, Settings(db_pool_size=1))
+    try:
+        with Session(engine) as session:
+            for arch, expected in (("sm_90", hopper), ("sm_80", ampere)):
+                (read,) = repository.observers(
+                    session, problem_id=problem.key_hash(), vendor="nvidia", arch=arch,
+                    exclude="0" * 16, limit=1,
+                )  # fmt: skip
+                assert read[0] == expected.fingerprint()
+            everyone = repository.observers(
+                session, problem_id=problem.key_hash(), vendor="nvidia", arch="sm_90",
+                exclude=hopper.fingerprint(), limit=8,
+            )  # fmt: skip
+            assert [fingerprint for fingerprint, _ in everyone] == [ampere.fingerprint()]
+    finally:
+        engine.dispose()
