@@ -66,3 +66,33 @@ def test_artifact_round_trip(convolution_data: TuningData) -> None:
         ModelBundle.from_bytes(b"not an artifact")
     with pytest.raises(ModelError, match="no model for op 'gemm'"):
         loaded.model_for("gemm")
+
+
+def test_ranking_queries_are_each_groups_rows_shuffled_in_the_groups_order() -> None:
+    """The ranker's queries: every (hardware, problem) group in sorted order, its rows (by
+    index label) in a seeded permutation, cut into chunks of at most max_group_rows."""
+    import math
+
+    import pandas as pd
+
+    rng = np.random.default_rng(3)
+    n = 400
+    frame = pd.DataFrame(
+        {
+            "hw_key": rng.choice(["hw-b", "hw-a", "hw-c"], n),
+            "problem_hash": rng.choice(["p2", "p10", "p1"], n),
+        },
+        index=rng.permutation(np.arange(1000, 1000 + 3 * n, 3)),  # labels, not positions
+    )
+    model = LatencyModel(op="gemm", seed=7, max_group_rows=20)
+    order, sizes = model._ranking_order(frame)
+    expected, expected_sizes = [], []
+    seeded = np.random.default_rng(7)
+    for _, rows in frame.groupby(["hw_key", "problem_hash"], sort=True):
+        idx = seeded.permutation(rows.index.to_numpy())
+        for chunk in np.array_split(idx, max(1, math.ceil(len(idx) / 20))):
+            expected.append(chunk)
+            expected_sizes.append(len(chunk))
+    assert np.array_equal(order, np.concatenate(expected))
+    assert np.array_equal(sizes, expected_sizes) and max(sizes) <= 20 and sizes.sum() == n
+    assert set(order) == set(frame.index)
