@@ -350,6 +350,10 @@ class InductorFleet:
             picks += [c for c in nearest if _is_extern(c)][:1]
         if len(picks) < 2:
             return None
+        if key not in self._likely:
+            log.debug(
+                "%s: searching the nearest hardware's %d fastest", problem.canonical(), len(picks)
+            )
         self._likely.add(key)
         self.stats.likely = len(self._likely)
         return [dict(c.params) for c in picks]
@@ -775,7 +779,9 @@ def _choices_class() -> type:
             template_hash_map: Any = None,
         ) -> dict[str, list[dict[str, Any]]]:
             problem = self.fleet.problem_of(kernel_inputs, op_name)
-            configs = self.fleet.configs(problem) if problem is not None else None
+            if problem is None:
+                return {}
+            configs = self.fleet.configs(problem)
             if not configs:
                 return {}
             grouped: dict[str, list[dict[str, Any]]] = {}
@@ -784,6 +790,10 @@ def _choices_class() -> type:
                 if template_id in template_uids:
                     kwargs = {k: v for k, v in config.items() if k != TEMPLATE_ID}
                     grouped.setdefault(template_id, []).append(kwargs)
+            # A search among another hardware's fastest needs two choices here to time: with
+            # fewer (templates this inductor lacks), inductor searches them all.
+            if self.fleet.searching(problem) and sum(map(len, grouped.values())) < 2:
+                return {}
             return grouped
 
         def _finalize_template_configs(

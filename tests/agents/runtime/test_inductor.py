@@ -427,6 +427,29 @@ def test_the_lookup_groups_a_shortlist_by_template(make_runtime):
     }
 
 
+def test_a_likely_search_with_one_choice_here_searches_everything(make_runtime):
+    """The nearest's fastest of templates this inductor lacks leave one choice to time:
+    inductor searches the whole space instead, and a served winner alone is still served."""
+    fleet = InductorFleet(RuntimeSession(runtime=make_runtime()), likely=2)
+    nearest = []
+    other = make_runtime()
+    other.on_probe = nearest.append
+    problem = mm_problem(m=4)
+    ranked_search(InductorFleet(RuntimeSession(runtime=other)), problem, SEARCH)
+    fleet.learn(nearest[0], nearest=True)
+    choices = _choices_class()(fleet)
+    both = choices.lookup_template_configs(inputs_of(4), "mm", ["triton::mm", "aten::addmm"])
+    assert both == {"triton::mm": [{"BLOCK_M": 64}, {"BLOCK_M": 32}], "aten::addmm": [{}]}
+    assert choices.lookup_template_configs(inputs_of(4), "mm", ["aten::addmm"]) == {}
+    assert choices.lookup_template_configs(inputs_of(4), "mm", ["triton::other"]) == {}
+    served = InductorFleet(RuntimeSession(runtime=make_runtime()))
+    ranked_search(served, problem, SEARCH)
+    alone = _choices_class()(served)
+    assert alone.lookup_template_configs(inputs_of(4), "mm", ["triton::mm"]) == {
+        "triton::mm": [{"BLOCK_M": 64}]
+    }
+
+
 def test_compiling_inside_the_block_leaves_inductor_as_it_was(make_runtime):
     from torch._inductor import select_algorithm
     from torch._inductor.virtualized import V
