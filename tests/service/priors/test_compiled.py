@@ -8,6 +8,7 @@ import secrets
 from tests.conftest import LiveService
 from tests.factories import batch_body, hardware_spec, probe_run, unique_problem
 from tps.candidate import INDUCTOR_BACKEND, Candidate
+from tps.hardware import HardwareSpec
 from tps.problem import ProblemKey
 from tps.schemas import Prior, ProbeRun
 
@@ -18,8 +19,8 @@ def _push(service: LiveService, runs: list[ProbeRun]) -> None:
 
 
 def _compiled_problem() -> ProblemKey:
-    plain = unique_problem()
-    return plain.model_copy(update={"variant": f"{INDUCTOR_BACKEND}:mm:{secrets.token_hex(8)}"})
+    fields = unique_problem().model_dump()
+    return ProblemKey(**{**fields, "variant": f"{INDUCTOR_BACKEND}:mm:{secrets.token_hex(8)}"})
 
 
 def _config(block: int) -> Candidate:
@@ -28,7 +29,7 @@ def _config(block: int) -> Candidate:
     )
 
 
-def _ask(service: LiveService, hardware, problem: ProblemKey) -> Prior:  # type: ignore[no-untyped-def]
+def _ask(service: LiveService, hardware: HardwareSpec, problem: ProblemKey) -> Prior:
     body = {
         "hardware": hardware.model_dump(mode="json"),
         "problem": problem.model_dump(mode="json"),
