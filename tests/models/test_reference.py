@@ -118,3 +118,21 @@ def test_a_new_device_is_ranked_among_each_known_devices_fastest_few() -> None:
     assert many[SHORTLIST_MAX].id not in shortlist
     small = reference.shortlist(other.key_hash())
     assert small is not None and len(small) == SHORTLIST_MIN  # 10% of 100 is 10
+
+
+def test_a_tables_columns_are_the_candidates_asked_in_their_order(
+    convolution_data: TuningData,
+) -> None:
+    """`_table` against pandas' own reindex: any order, repeats, and unknown candidates."""
+    import pandas as pd
+
+    reference = Reference.from_data(convolution_data)
+    keys = list(reference.log_rel.index[:3])
+    known = list(reference.log_rel.columns)
+    asked = [known[5], "no-such-candidate", known[0], known[5], known[-1]]
+    for ids in (asked, np.array(asked, dtype=object), pd.Index(asked)):
+        for values, frame in (("log_rel", reference.log_rel), ("median_us", reference.median_us)):
+            expected = frame.loc[keys].reindex(columns=asked).to_numpy()
+            got = reference._table(values, keys, ids)
+            np.testing.assert_array_equal(got, expected)  # NaN where unknown, as pandas'
+    assert reference._table("log_rel", keys, []).shape == (3, 0)
