@@ -499,19 +499,20 @@ class Reference:
             )
             bandwidth.append(math.log(model_bandwidth_gbs(hardware) / model_bandwidth_gbs(ref_hw)))
         columns = np.arange(n)
+        distances = [d for d, _, _ in groups]
+        # how alike each group's device and problem are to these: the weight of what it carries
+        alike = np.exp(-np.array(distances) / ANCHOR_SCALE)
         with np.errstate(all="ignore"):
             logs = np.log(np.where(usable, table, 1.0))
             chosen = logs[first, columns]
-            # every group's latency carried here, weighted by how alike its device and problem are
+            # every group's latency carried here, weighted by how alike it is
             carried = logs + np.asarray(scale)[:, None]
-            weights = np.exp(-np.array([d for d, _, _ in groups]) / ANCHOR_SCALE)[:, None]
-            weights = weights * usable
+            weights = alike[:, None] * usable
             pooled = (carried * weights).sum(axis=0) / weights.sum(axis=0)
         out["anc_log_us"] = np.where(found, chosen, np.nan)
         out["anc_log_pred"] = np.where(found, pooled, np.nan)
         levels = np.array([self._group_log_median[self._rows[(k, p)]] for _, k, p in groups])
-        level_weights = np.exp(-np.array([d for d, _, _ in groups]) / ANCHOR_SCALE)
-        level_weights = np.where(np.isfinite(levels), level_weights, 0.0)
+        level_weights = np.where(np.isfinite(levels), alike, 0.0)
         if level_weights.sum() > 0:
             carried_levels = np.where(np.isfinite(levels), levels + np.asarray(scale), 0.0)
             level = float((carried_levels * level_weights).sum() / level_weights.sum())
@@ -522,7 +523,7 @@ class Reference:
             ("anc_log_scale", scale),
             ("anc_log_peak_ratio", peak),
             ("anc_log_bw_ratio", bandwidth),
-            ("anc_distance", [d for d, _, _ in groups]),
+            ("anc_distance", distances),
         ):
             out[name] = np.where(found, np.asarray(values)[first], np.nan)
         return out
