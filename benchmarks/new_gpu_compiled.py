@@ -36,13 +36,6 @@ RATIOS = (
 )
 
 
-def _case(model_name: str, case: str) -> tuple[Any, Any]:
-    """The model in bf16 on the GPU, and a function of a module that runs one forward."""
-    from tools.bench.runtime import cuda_forwards
-
-    return cuda_forwards(model_name, case)
-
-
 def _first_call(run: Any, what: str) -> float:
     import torch
 
@@ -73,12 +66,13 @@ def fleet_host(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from agents import runtime as tps_runtime
+    from tools.bench.runtime import cuda_forwards
 
     session = tps_runtime.open_session(
         device="cuda", cache=args.workdir / "fleet-cache.json", service=args.service,
         token=args.token,
     )  # fmt: skip
-    model, forward = _case(args.model, args.case)
+    model, forward = cuda_forwards(args.model, args.case)
     run = forward(torch.compile(model, options={"max_autotune_gemm": True}))
     with tps_runtime.compiled(session, finalists=args.fleet_finalists) as fleet:
         compile_s = _first_call(run, "fleet host")
@@ -97,14 +91,14 @@ def new_host(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from agents import runtime as tps_runtime
-    from tools.bench.runtime import Clock
+    from tools.bench.runtime import Clock, _new_process_kernels, cuda_forwards
 
     fleet_session = tps_runtime.open_session(
         device="cuda", cache=args.workdir / "new-cache.json", service=args.service,
         token=args.token, sm_limit=args.sm_limit,
     )  # fmt: skip
     hardware = fleet_session.runtime.hardware
-    model, forward = _case(args.model, args.case)
+    model, forward = cuda_forwards(args.model, args.case)
     gemm_search: dict[str, Any] = {"max_autotune_gemm": True}
     variants: dict[str, Any] = {}
     out: dict[str, Any] = {"hardware": hardware.model_dump(mode="json")}
@@ -117,14 +111,14 @@ def new_host(args: argparse.Namespace) -> dict[str, Any]:
         out["max_autotune_compile_s"] = round(
             _first_call(variants["max_autotune"], "max-autotune"), 2
         )
-    _forget_kernels()  # max-autotune's tuned kernels, kept in memory by their source
+    _new_process_kernels()  # max-autotune's tuned kernels, kept in memory by their source
     variants["fleet"] = forward(torch.compile(copy.deepcopy(model), options=gemm_search))
     with tps_runtime.compiled(fleet_session) as fleet:
         out["fleet_compile_s"] = round(_first_call(variants["fleet"], "new GPU with the fleet"), 2)
     out["fleet"] = _stats(fleet)
     fleet_session.close()
     if args.whole:
-        _forget_kernels()
+        _new_process_kernels()
         # One green context a process: this session runs on the one opened above (its
         # stream stays current), as the same hardware, with no service.
         alone = tps_runtime.open_session(device="cuda", cache=args.workdir / "whole-cache.json")
@@ -149,12 +143,6 @@ def new_host(args: argparse.Namespace) -> dict[str, Any]:
                 *[round(x, 4) for x in clock.interval(numerator, denominator)],
             ]
     return out
-
-
-def _forget_kernels() -> None:
-    from tools.bench.runtime import _new_process_kernels
-
-    _new_process_kernels()
 
 
 def _child(role: str, args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:

@@ -373,15 +373,20 @@ def test_only_a_product_being_searched_is_tagged_for_recording(make_runtime):
     assert "tps" not in fallback(8).annotations
 
 
-def test_a_search_among_the_nearest_hardwares_fastest_is_tagged_for_recording(make_runtime):
-    """Inductor builds a likely search's choices from the lookup (a hit), not its fallback."""
-    fleet = InductorFleet(RuntimeSession(runtime=make_runtime()), likely=2)
-    problem = mm_problem(m=4)
+def learn_nearest(fleet: InductorFleet, make_runtime, problem) -> None:
+    """Give `fleet` another hardware's search of `problem` (SEARCH) as its nearest ranking."""
     nearest = []
     other = make_runtime()
     other.on_probe = nearest.append
     ranked_search(InductorFleet(RuntimeSession(runtime=other)), problem, SEARCH)
     fleet.learn(nearest[0], nearest=True)
+
+
+def test_a_search_among_the_nearest_hardwares_fastest_is_tagged_for_recording(make_runtime):
+    """Inductor builds a likely search's choices from the lookup (a hit), not its fallback."""
+    fleet = InductorFleet(RuntimeSession(runtime=make_runtime()), likely=2)
+    problem = mm_problem(m=4)
+    learn_nearest(fleet, make_runtime, problem)
     choices = _choices_class()(fleet)
     built: list[Any] = []
 
@@ -431,12 +436,8 @@ def test_a_likely_search_with_one_choice_here_searches_everything(make_runtime):
     """The nearest's fastest of templates this inductor lacks leave one choice to time:
     inductor searches the whole space instead, and a served winner alone is still served."""
     fleet = InductorFleet(RuntimeSession(runtime=make_runtime()), likely=2)
-    nearest = []
-    other = make_runtime()
-    other.on_probe = nearest.append
     problem = mm_problem(m=4)
-    ranked_search(InductorFleet(RuntimeSession(runtime=other)), problem, SEARCH)
-    fleet.learn(nearest[0], nearest=True)
+    learn_nearest(fleet, make_runtime, problem)
     choices = _choices_class()(fleet)
     both = choices.lookup_template_configs(inputs_of(4), "mm", ["triton::mm", "aten::addmm"])
     assert both == {"triton::mm": [{"BLOCK_M": 64}, {"BLOCK_M": 32}], "aten::addmm": [{}]}
