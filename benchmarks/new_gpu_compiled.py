@@ -1,17 +1,21 @@
 """A GPU model the fleet never compiled on: its first compile, with and without the fleet.
 
 Usage (device): python3 benchmarks/new_gpu_compiled.py --model opt-350m --case decode-b32 \
-    --sm-limit 64 --out F [--whole]
+    --sm-limit 64 --out F [--whole] [--variants]
 
 On one H200, against the embedded service:
 1. the fleet: a process on the whole H200 compiles the case inside `tps_runtime.compiled`
    (inductor searches every GEMM, TPS records it) and pushes its records;
 2. the new GPU model: a process in a green context of `--sm-limit` SMs (its own hardware
-   fingerprint) compiles the case cold four ways, then times them side by side on its
+   fingerprint) compiles the case cold several ways, then times them side by side on its
    stream: torch.compile's default, max-autotune-no-cudagraphs, and TPS with the fleet
    (each product searched among the most similar hardware's fastest configurations, the
-   service's `compiled` source), plus, with `--whole`, TPS without the fleet (inductor's
-   whole search, as host 1 of a fleet).
+   service's `compiled` source; each kernel timed among that hardware's fastest launch
+   configurations), plus with `--variants` TPS with the fleet otherwise (`coordesc`: each
+   kernel tuned by coordinate descent, as before `kernel_likely`; `lean`: no finalists
+   timed again) and, with `--whole`, TPS without the fleet (inductor's whole search, as
+   host 1 of a fleet). The TPS variants' sessions push only after every compile, so none
+   sees another's records.
 Writes one JSON object (both processes' figures, ratios with paired 95% intervals).
 """
 
@@ -31,9 +35,19 @@ from typing import Any
 RATIOS = (
     ("fleet_vs_max_autotune", "max_autotune", "fleet"),
     ("fleet_vs_default", "default", "fleet"),
+    ("coordesc_vs_max_autotune", "max_autotune", "coordesc"),
+    ("lean_vs_max_autotune", "max_autotune", "lean"),
+    ("fleet_vs_coordesc", "coordesc", "fleet"),
+    ("fleet_vs_lean", "lean", "fleet"),
     ("whole_vs_max_autotune", "max_autotune", "whole"),
     ("fleet_vs_whole", "whole", "fleet"),
 )
+# TPS with the fleet otherwise (`--variants`): what `compiled` is given, and the options that
+# make each compile a graph of its own (a default value: the program is unchanged)
+VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "coordesc": ({"kernel_likely": 0}, {"trace.enabled": False}),
+    "lean": ({"finalists": 0}, {"trace.graph_diagram": False}),
+}
 
 
 def _first_call(run: Any, what: str) -> float:
@@ -58,6 +72,7 @@ def _stats(fleet: Any) -> dict[str, Any]:
         "kernels_tuned": s.kernels_tuned,
         "kernel_hits": s.kernel_hits,
         "kernel_tune_s": round(s.kernel_tune_s, 2),
+        "kernels_likely": s.kernels_likely,
     }
 
 
@@ -116,7 +131,26 @@ def new_host(args: argparse.Namespace) -> dict[str, Any]:
     with tps_runtime.compiled(fleet_session) as fleet:
         out["fleet_compile_s"] = round(_first_call(variants["fleet"], "new GPU with the fleet"), 2)
     out["fleet"] = _stats(fleet)
-    fleet_session.close()
+    sessions = [fleet_session]
+    for name, (how, marker) in VARIANTS.items() if args.variants else ():
+        _new_process_kernels()
+        # One green context a process: each session runs on the one opened above, as the
+        # same hardware, with the same service (asked once per product), each its own cache.
+        session = tps_runtime.open_session(
+            device="cuda", cache=args.workdir / f"{name}-cache.json", service=args.service,
+            token=args.token,
+        )  # fmt: skip
+        session.runtime.hardware = hardware
+        session.runtime.device = fleet_session.runtime.device
+        sessions.append(session)
+        variants[name] = forward(
+            torch.compile(copy.deepcopy(model), options={**gemm_search, **marker})
+        )
+        with tps_runtime.compiled(session, **how) as other:
+            out[f"{name}_compile_s"] = round(_first_call(variants[name], f"new GPU, {name}"), 2)
+        out[name] = _stats(other)
+    for session in sessions:  # pushed now: no variant compiled from another's records
+        session.close()
     if args.whole:
         _new_process_kernels()
         # One green context a process: this session runs on the one opened above (its
@@ -124,8 +158,9 @@ def new_host(args: argparse.Namespace) -> dict[str, Any]:
         alone = tps_runtime.open_session(device="cuda", cache=args.workdir / "whole-cache.json")
         alone.runtime.hardware = hardware
         alone.runtime.device = fleet_session.runtime.device
+        whole_marker = {"trace.enabled": False, "trace.graph_diagram": False}
         variants["whole"] = forward(
-            torch.compile(copy.deepcopy(model), options={**gemm_search, "trace.enabled": False})
+            torch.compile(copy.deepcopy(model), options={**gemm_search, **whole_marker})
         )
         with tps_runtime.compiled(alone) as whole:
             out["whole_compile_s"] = round(_first_call(variants["whole"], "new GPU alone"), 2)
@@ -176,6 +211,9 @@ def main() -> None:
     p.add_argument("--case", default="decode-b32")
     p.add_argument("--sm-limit", type=int, default=64)
     p.add_argument("--whole", action="store_true", help="also TPS without the fleet")
+    p.add_argument(
+        "--variants", action="store_true", help="also TPS with the fleet otherwise (VARIANTS)"
+    )
     p.add_argument("--fleet-finalists", type=int, default=8)
     p.add_argument("--out", type=Path)
     p.add_argument("--timeout-s", type=float, default=400.0, help="each process's limit")
@@ -197,7 +235,8 @@ def main() -> None:
         args.service, args.token, args.workdir = url, token, Path(tmp)
         first = _child("fleet", args, [])
         print(f"fleet: {json.dumps(first)[:1500]}", file=sys.stderr)  # noqa: T201
-        second = {} if "error" in first else _child("new", args, ["--whole"] if args.whole else [])
+        flags = [f for f, on in (("--whole", args.whole), ("--variants", args.variants)) if on]
+        second = {} if "error" in first else _child("new", args, flags)
     result = {
         "model": args.model,
         "case": args.case,

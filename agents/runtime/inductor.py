@@ -30,7 +30,9 @@ and tunes each pointwise and reduction kernel's launch configuration at its firs
 H200 that took Llama-3-8B decode at batch 1 from 0.85 to 0.95 of max-autotune (BENCHMARKS.md).
 Each kernel's tuning is a probe run too (op `inductor_kernel`, keyed by the kernel's source,
 its size hints and the torch and Triton versions): the next host of the same GPU model runs
-the fleet's configuration without tuning it.
+the fleet's configuration without tuning it. A GPU model new to a kernel that the most similar
+hardware tuned times inductor's own configuration and that hardware's `kernel_likely` (4)
+fastest, in place of coordinate descent, and records them as its own tuning.
 
 Inside the block inductor's own caches are off: their keys know nothing of the fleet's
 choices, so a graph compiled before (by this host's search, or without TPS) would come back
@@ -77,6 +79,9 @@ SHORTLIST = 1  # the winner alone: measured faster than a shortlist of 3
 # A product this GPU model has not compiled yet, which the most similar hardware has: its
 # fastest LIKELY configurations are what inductor times (and the fastest extern choice).
 LIKELY = 4
+# A kernel this GPU model has not tuned yet, which the most similar hardware has: its
+# KERNEL_LIKELY fastest launch configurations and inductor's own are timed, and no other.
+KERNEL_LIKELY = 4
 # A search's finalists, timed again before its winner is recorded for the fleet: every
 # configuration within FINALIST_SPREAD of the fastest, at most FINALISTS of them, each in
 # FINALIST_ROUNDS rounds whose order turns, by its kernels' device time.
@@ -250,7 +255,8 @@ class CompiledStats:
     kernels_tuned: int = 0  # tuned here, recorded and pushed
     retime_s: float = 0.0  # seconds spent timing searches' finalists again
     likely: int = 0  # searched products that timed the most similar hardware's fastest only
-    kernel_tune_s: float = 0.0  # seconds spent in inductor's tuning of kernels
+    kernel_tune_s: float = 0.0  # seconds spent tuning kernels (either way below)
+    kernels_likely: int = 0  # of those tuned, timed among the most similar hardware's fastest
 
 
 class InductorFleet:
@@ -262,7 +268,10 @@ class InductorFleet:
     `rounds` rounds, before its winner is chosen and recorded (0: the search's one timing
     decides). `likely` is how many configurations a search times where this GPU model has
     no winner but the fleet answers with the most similar hardware's ranking (0: inductor's
-    whole search space); the search is recorded as any other.
+    whole search space); the search is recorded as any other. `kernel_likely` is the same
+    for a pointwise or reduction kernel: inductor's own launch configuration and that
+    hardware's `kernel_likely` fastest are timed, in place of coordinate descent (0: always
+    coordinate descent).
     """
 
     def __init__(
@@ -273,11 +282,14 @@ class InductorFleet:
         finalists: int = FINALISTS,
         rounds: int = FINALIST_ROUNDS,
         likely: int = LIKELY,
+        kernel_likely: int = KERNEL_LIKELY,
     ) -> None:
         if shortlist < 1:
             raise ValueError(f"shortlist must be at least 1, not {shortlist}")
         if likely < 0 or likely == 1:
             raise ValueError(f"likely must be 0 or at least 2 (a search), not {likely}")
+        if kernel_likely < 0:
+            raise ValueError(f"kernel_likely must be 0 or more, not {kernel_likely}")
         if finalists < 0 or finalists == 1 or rounds < 1:
             raise ValueError(
                 f"finalists must be 0 or at least 2 and rounds at least 1, not {finalists} "
@@ -288,6 +300,7 @@ class InductorFleet:
         self.finalists = finalists
         self.rounds = rounds
         self.likely = likely
+        self.kernel_likely = kernel_likely
         self.stats = CompiledStats()
         self._asked: set[str] = set()
         self._recorded: set[str] = set()
@@ -470,14 +483,21 @@ class InductorFleet:
             entry = self._ask_fleet(problem)
             if entry is not None:
                 self.stats.fleet_hits += 1
-        if entry is None or entry.winner.backend != BACKEND:
+        if entry is None:
             return None
-        params = dict(entry.winner.params)
-        if params.pop(TEMPLATE_ID, None) != KERNEL_CONFIG or not all(
-            isinstance(params.get(f), int) for f in LAUNCH_FIELDS
-        ):
-            return None
-        return params
+        return _launch_params(entry.winner)
+
+    def likely_kernel_configs(self, problem: ProblemKey) -> list[dict[str, Any]]:
+        """The most similar hardware's `kernel_likely` fastest launch configurations of a
+        kernel (none where it has not tuned it, or `kernel_likely` is 0)."""
+        picks: list[dict[str, Any]] = []
+        for candidate in self._nearest.get(problem.key_hash(), []):
+            if len(picks) >= self.kernel_likely:
+                break
+            params = _launch_params(candidate)
+            if params is not None and params not in picks:
+                picks.append(params)
+        return picks
 
     def tune_kernel(
         self, tune: Any, autotuner: Any, launcher: Any, *args: Any, **kwargs: Any
@@ -498,10 +518,46 @@ class InductorFleet:
                 self.stats.kernel_hits += 1
                 return served
         start = time.perf_counter()
-        winner = tune(autotuner, launcher, *args, **kwargs)
+        winner = self.search_kernel(problem, autotuner, launcher, *args, **kwargs)
+        if winner is None:
+            winner = tune(autotuner, launcher, *args, **kwargs)
         self.stats.kernel_tune_s += time.perf_counter() - start
         self.record_kernel(problem, autotuner, winner)
         return winner
+
+    def search_kernel(
+        self, problem: ProblemKey, autotuner: Any, launcher: Any, *args: Any, **kwargs: Any
+    ) -> Any:
+        """Time `launcher` (inductor's own configuration) and the most similar hardware's
+        fastest configurations of the kernel; return the fastest one's launcher.
+
+        None where that hardware has not tuned the kernel, or fewer than two of them build
+        and run here: inductor's coordinate descent then tunes it. The timings go to
+        inductor's tuner cache, where the record reads them, as coordinate descent's do.
+        """
+        picks = self.likely_kernel_configs(problem)
+        if not picks:
+            return None
+        tuner = autotuner.coordesc_tuner
+        timed: list[tuple[float, int, Any]] = []
+        for i, params in enumerate([None, *picks]):
+            built = launcher if params is None else _launcher_of(autotuner, params, quiet=True)
+            if built is None:
+                continue
+            ms = tuner.call_func(
+                lambda _config, b=built: autotuner.bench(b, *args, **kwargs), built.config
+            )
+            if isinstance(ms, int | float) and math.isfinite(ms) and ms > 0:
+                timed.append((float(ms), i, built))
+        if len(timed) < 2:
+            log.debug(
+                "%s: the nearest hardware's configurations did not run here", problem.canonical()
+            )
+            return None
+        _, _, fastest = min(timed, key=lambda t: t[:2])
+        fastest.config.found_by_coordesc = True  # inductor tunes it no further
+        self.stats.kernels_likely += 1
+        return fastest
 
     def record_kernel(self, problem: ProblemKey, autotuner: Any, winner: Any) -> None:
         """Record the configurations one kernel's tuning timed, and the one it chose."""
@@ -709,8 +765,24 @@ def _triton_config(params: dict[str, Any]) -> Any:
     return Config(kwargs, num_warps=params["num_warps"], num_stages=params["num_stages"])
 
 
-def _launcher_of(autotuner: Any, params: dict[str, Any]) -> Any:
-    """A launcher of `autotuner`'s kernel with a known configuration; None if it will not build."""
+def _launch_params(candidate: Candidate) -> dict[str, Any] | None:
+    """A kernel candidate's launch configuration (kwargs and launch fields); None if not one."""
+    if candidate.backend != BACKEND:
+        return None
+    params = dict(candidate.params)
+    if params.pop(TEMPLATE_ID, None) != KERNEL_CONFIG or not all(
+        isinstance(params.get(f), int) for f in LAUNCH_FIELDS
+    ):
+        return None
+    return params
+
+
+def _launcher_of(autotuner: Any, params: dict[str, Any], *, quiet: bool = False) -> Any:
+    """A launcher of `autotuner`'s kernel with a known configuration; None if it will not build.
+
+    A served configuration that will not build is logged as a warning; a `quiet` one (a
+    likely configuration, one of several) at debug level.
+    """
     try:
         config = _triton_config(params)
         config.found_by_coordesc = True  # inductor tunes it no further
@@ -724,7 +796,7 @@ def _launcher_of(autotuner: Any, params: dict[str, Any]) -> Any:
         with lock:
             return autotuner._precompile_config(config).make_launcher()
     except Exception as exc:  # a configuration from another build of the kernel
-        log.warning(
+        (log.debug if quiet else log.warning)(
             "the fleet's configuration %s of %s did not build here; inductor tunes it: %s",
             params,
             getattr(getattr(autotuner, "fn", None), "__name__", "a kernel"),
@@ -834,6 +906,7 @@ def compiled(
     device_time: bool = True,
     finalists: int = FINALISTS,
     likely: int = LIKELY,
+    kernel_likely: int = KERNEL_LIKELY,
     **options: Any,
 ) -> Iterator[InductorFleet]:
     """Compile inside the block with the fleet's GEMM winners; search and record the rest.
@@ -852,7 +925,8 @@ def compiled(
     `InductorFleet.retime`; 0 leaves the search's one timing to decide).
     A product this GPU model never compiled, which the fleet compiled on similar hardware,
     is searched among that hardware's `likely` fastest configurations only (0: inductor's
-    whole search).
+    whole search); a kernel it tuned, among its `kernel_likely` fastest launch
+    configurations and inductor's own (0: coordinate descent).
     """
     import torch._inductor.config as inductor_config
     from torch._inductor import select_algorithm
@@ -864,7 +938,11 @@ def compiled(
     session = session or open_session(**options)
     gpu = session.runtime.device.is_gpu
     fleet = InductorFleet(
-        session, shortlist=shortlist, finalists=finalists if gpu else 0, likely=likely
+        session,
+        shortlist=shortlist,
+        finalists=finalists if gpu else 0,
+        likely=likely,
+        kernel_likely=kernel_likely,
     )
     handler = _choices_class()(fleet)
     saver = select_algorithm.get_algorithm_selector_cache()  # the one that searches
@@ -912,7 +990,8 @@ def compile(
     """Return `model` compiled with the fleet's GEMM winners, compiling it now.
 
     The model is called once with `example` (its positional arguments, or one tensor)
-    inside `compiled` (`how`: shortlist, tune_kernels, device_time, finalists, likely), which
+    inside `compiled` (`how`: shortlist, tune_kernels, device_time, finalists, likely,
+    kernel_likely), which
     searches and records what nobody measured yet. Where that compile searched, the model
     is compiled and called once more, from the winners just recorded (`recompile`): the
     program every other host of the fleet compiles. `options` are inductor's, for both

@@ -332,13 +332,8 @@ def test_compiled_compiles_the_fastest_of_a_searchs_finalists_timed_again(tmp_pa
     first.close()
 
 
-def test_compiled_tunes_a_decode_step_once_and_a_second_host_runs_it_untuned(tmp_path):
-    """Batch-1 products become fused reductions; host 1 tunes each kernel, host 2 tunes none."""
-    import torch._inductor.config as inductor_config
-    from torch._inductor import async_compile, codecache
-
-    from agents.runtime import compiled
-
+def decode_step():
+    """A batch-1 decode step (norm, up, silu, down, residual), its input and its output."""
     up = torch.nn.Linear(1024, 4096, bias=False, device="cuda", dtype=torch.bfloat16)
     down = torch.nn.Linear(4096, 1024, bias=False, device="cuda", dtype=torch.bfloat16)
     norm = torch.nn.RMSNorm(1024, device="cuda", dtype=torch.bfloat16)
@@ -348,7 +343,14 @@ def test_compiled_tunes_a_decode_step_once_and_a_second_host_runs_it_untuned(tmp
         return t + down(F.silu(up(norm(t))))
 
     with torch.no_grad():
-        reference = step(x)
+        return step, x, step(x)
+
+
+def tuned_kernels(tmp_path, step, x):
+    """Host 1 compiles `step` and tunes its kernels: the host, its output, its kernels' runs."""
+    import torch._inductor.config as inductor_config
+
+    from agents.runtime import compiled
 
     first, runs = fleet_host(tmp_path, "host1"), []
     first.runtime.on_probe = runs.append
@@ -357,16 +359,30 @@ def test_compiled_tunes_a_decode_step_once_and_a_second_host_runs_it_untuned(tmp
         f1 = torch.compile(step, dynamic=False)
         with compiled(first) as fleet1:
             y1 = f1(x)
-        assert fleet1.stats.kernels_tuned >= 1 and fleet1.stats.kernel_hits == 0
-        kernel_runs = [r for r in runs if r.problem.op == "inductor_kernel"]
-        assert len(kernel_runs) == fleet1.stats.kernels_tuned
-        assert all(r.winner_id and any(m.valid for m in r.measurements) for r in kernel_runs)
-        second = fleet_host(tmp_path, "host2")  # the fleet's answer, as the service would give it
-        second.runtime.cache.merge(first.runtime.cache.entries())
-        # a process of its own: none of host 1's tuned kernels in memory
-        async_compile.CompiledTritonKernels.cache_clear()
-        codecache.PyCodeCache.cache_clear()
-        torch._dynamo.reset()
+    assert fleet1.stats.kernels_tuned >= 1 and fleet1.stats.kernel_hits == 0
+    kernel_runs = [r for r in runs if r.problem.op == "inductor_kernel"]
+    assert len(kernel_runs) == fleet1.stats.kernels_tuned
+    assert all(r.winner_id and any(m.valid for m in r.measurements) for r in kernel_runs)
+    # the next compile is another host's process: none of host 1's tuned kernels in memory
+    from torch._inductor import async_compile, codecache
+
+    async_compile.CompiledTritonKernels.cache_clear()
+    codecache.PyCodeCache.cache_clear()
+    torch._dynamo.reset()
+    return first, y1, kernel_runs
+
+
+def test_compiled_tunes_a_decode_step_once_and_a_second_host_runs_it_untuned(tmp_path):
+    """Batch-1 products become fused reductions; host 1 tunes each kernel, host 2 tunes none."""
+    import torch._inductor.config as inductor_config
+
+    from agents.runtime import compiled
+
+    step, x, reference = decode_step()
+    first, y1, _ = tuned_kernels(tmp_path, step, x)
+    second = fleet_host(tmp_path, "host2")  # the fleet's answer, as the service would give it
+    second.runtime.cache.merge(first.runtime.cache.entries())
+    with inductor_config.patch(force_disable_caches=True), torch.no_grad():
         f2 = torch.compile(step, dynamic=False)
         with compiled(second) as fleet2:
             y2 = f2(x)
@@ -481,4 +497,34 @@ def test_a_new_gpu_model_searches_only_the_nearest_hardwares_fastest(tmp_path):
         assert 2 <= len(run.measurements) <= 4
         assert {m.candidate.id for m in run.measurements} <= nearest[run.problem.key_hash()]
     torch.testing.assert_close(y2, reference, atol=2e-2, rtol=2e-2)
+    first.close(), second.close()
+
+
+def test_a_new_gpu_model_times_the_nearest_hardwares_fastest_kernel_configurations(tmp_path):
+    """A GPU model new to a decode step's kernels times the most similar hardware's fastest
+    launch configurations of each, and inductor's own, in place of coordinate descent."""
+    import torch._inductor.config as inductor_config
+
+    from agents.runtime import compiled
+
+    step, x, reference = decode_step()
+    first, _, kernel_runs = tuned_kernels(tmp_path, step, x)
+    second, own = fleet_host(tmp_path, "host2"), []
+    second.runtime.hardware = second.runtime.hardware.model_copy(update={"unit_limit": 66})
+    second.runtime.on_probe = own.append
+    with inductor_config.patch(force_disable_caches=True), torch.no_grad():
+        f2 = torch.compile(step, dynamic=False)
+        with compiled(second, kernel_likely=2) as fleet2:
+            for run in kernel_runs:  # host 1's tunings, as the service gives them (nearest)
+                fleet2.learn(run, nearest=True)
+            y2 = f2(x)
+    assert fleet2.stats.kernels_likely >= 1 and fleet2.stats.kernel_hits == 0
+    assert fleet2.stats.kernels_likely == fleet2.stats.kernels_tuned
+    nearest = {r.problem.key_hash(): {m.candidate.id for m in r.measurements} for r in kernel_runs}
+    own = [r for r in own if r.problem.op == "inductor_kernel"]
+    assert own and all(r.hardware.unit_limit == 66 for r in own)
+    for run in own:  # inductor's own configuration and the nearest's two fastest, at most
+        assert 2 <= len(run.measurements) <= 3
+        assert {m.candidate.id for m in run.measurements} <= nearest[run.problem.key_hash()]
+    torch.testing.assert_close(y2, reference, atol=3e-2, rtol=3e-2)
     first.close(), second.close()

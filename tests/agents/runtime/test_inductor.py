@@ -676,9 +676,22 @@ class TritonConfig:
     found_by_coordesc: bool = False
 
 
+def hashable(config: Any) -> tuple[tuple[str, Any], ...]:
+    """A configuration as inductor's tuner cache keys it."""
+    items = sorted(config.kwargs.items())
+    return (*items, ("num_warps", config.num_warps), ("num_stages", config.num_stages))
+
+
 @dataclass
 class Tuner:
     cached_benchmark_results: dict[Any, float] = field(default_factory=dict)
+
+    def call_func(self, func: Any, config: Any) -> float:
+        """Inductor's: time a configuration once, keep its timing in the cache."""
+        key = hashable(config)
+        if key not in self.cached_benchmark_results:
+            self.cached_benchmark_results[key] = func(config)
+        return self.cached_benchmark_results[key]
 
 
 class Kernel:
@@ -691,6 +704,13 @@ class Kernel:
         self.triton_meta = {"signature": {"in_ptr0": "*bf16", "out_ptr0": "*bf16", "xnumel": "i32"}}
         self.coordesc_tuner = Tuner()
         self.built: list[Any] = []
+        self.speeds: dict[tuple[int, int], float] = {}  # (R0_BLOCK, num_warps) -> ms here
+        self.benched: list[tuple[int, int]] = []
+
+    def bench(self, launcher: Any, *args: Any, **kwargs: Any) -> float:
+        key = (launcher.config.kwargs["R0_BLOCK"], launcher.config.num_warps)
+        self.benched.append(key)
+        return self.speeds.get(key, math.inf)
 
     def _precompile_config(self, config: Any) -> Any:
         self.built.append(config)
@@ -895,3 +915,126 @@ def test_a_second_host_runs_the_fleets_kernel_configuration(make_runtime, live_s
     (built,) = kernel.built
     assert built.kwargs["R0_BLOCK"] == 256 and built.num_warps == 8
     assert fleet.stats.fleet_hits == 1 and fleet.stats.kernel_hits == 1
+
+
+# -- a kernel new to this GPU model, which the most similar hardware tuned ----------------------
+
+OWN = Launcher(TritonConfig({"R0_BLOCK": 64, "XBLOCK": 1}, 4, 1))  # inductor's own configuration
+
+
+def learn_nearest_kernel(fleet: InductorFleet, make_runtime) -> None:
+    """Give `fleet` another hardware's tuning of the kernel: 256/8, 128/8, 64/4 fastest first."""
+    nearest = []
+    other = make_runtime()
+    other.on_probe = nearest.append
+    kernel = Autotuner()
+    InductorFleet(RuntimeSession(runtime=other)).tune_kernel(
+        tuning(kernel, (256, 8), []), kernel, "initial"
+    )
+    fleet.learn(nearest[0], nearest=True)
+
+
+@pytest.mark.usefixtures("without_triton")
+def test_a_kernel_is_timed_among_the_nearest_hardwares_fastest_and_recorded(make_runtime):
+    runs = []
+    rt = make_runtime()
+    rt.on_probe = runs.append
+    fleet = InductorFleet(RuntimeSession(runtime=rt), kernel_likely=2)
+    learn_nearest_kernel(fleet, make_runtime)
+    kernel = Autotuner()
+    kernel.speeds = {(64, 4): 0.025, (256, 8): 0.019, (128, 8): 0.012, (512, 16): 0.001}
+    calls: list[Any] = []
+    launched = fleet.tune_kernel(tuning(kernel, (64, 4), calls), kernel, OWN)
+    assert calls == []  # no coordinate descent
+    # inductor's own configuration and the nearest's two fastest, timed once each here
+    assert kernel.benched == [(64, 4), (256, 8), (128, 8)]
+    assert launched.config.kwargs["R0_BLOCK"] == 128 and launched.config.num_warps == 8
+    assert launched.config.found_by_coordesc  # inductor tunes it no further
+    (run,) = runs
+    assert run.hardware == rt.hardware and len(run.measurements) == 3
+    winner = next(m for m in run.measurements if m.candidate.id == run.winner_id)
+    assert winner.candidate.params["R0_BLOCK"] == 128 and winner.median_us == pytest.approx(12.0)
+    assert fleet.stats.kernels_likely == 1 and fleet.stats.kernels_tuned == 1
+    assert fleet.stats.kernel_tune_s > 0
+
+
+@pytest.mark.usefixtures("without_triton")
+def test_inductors_own_kernel_configuration_wins_where_it_is_fastest_here(make_runtime):
+    fleet = InductorFleet(RuntimeSession(runtime=make_runtime()))
+    learn_nearest_kernel(fleet, make_runtime)
+    kernel = Autotuner()
+    kernel.speeds = {(64, 4): 0.010, (256, 8): 0.019, (128, 8): 0.012}
+    launched = fleet.tune_kernel(tuning(kernel, (64, 4), []), kernel, OWN)
+    assert launched is OWN and OWN.config.found_by_coordesc
+    assert kernel.benched == [(64, 4), (256, 8), (128, 8)]  # 512/16 failed there: not timed
+
+
+@pytest.mark.usefixtures("without_triton")
+def test_a_kernel_the_nearest_configurations_cannot_run_is_tuned_by_inductor(
+    make_runtime, monkeypatch
+):
+    import agents.runtime.inductor as inductor
+
+    def broken(params: dict[str, Any]) -> Any:
+        raise RuntimeError("out of resources: shared memory")
+
+    fleet = InductorFleet(RuntimeSession(runtime=make_runtime()))
+    learn_nearest_kernel(fleet, make_runtime)
+    monkeypatch.setattr(inductor, "_triton_config", broken)
+    kernel = Autotuner()
+    kernel.speeds = {(64, 4): 0.025}
+    calls: list[Any] = []
+    fleet.tune_kernel(tuning(kernel, (256, 8), calls), kernel, OWN)
+    assert calls == [OWN]  # only inductor's own built here: coordinate descent tunes it
+    assert fleet.stats.kernels_likely == 0 and fleet.stats.kernels_tuned == 1
+
+
+@pytest.mark.usefixtures("without_triton")
+def test_kernel_likely_0_tunes_every_kernel_by_coordinate_descent(make_runtime):
+    fleet = InductorFleet(RuntimeSession(runtime=make_runtime()), kernel_likely=0)
+    learn_nearest_kernel(fleet, make_runtime)
+    kernel = Autotuner()
+    calls: list[Any] = []
+    fleet.tune_kernel(tuning(kernel, (256, 8), calls), kernel, OWN)
+    assert calls == [OWN] and kernel.benched == [] and fleet.stats.kernels_likely == 0
+    with pytest.raises(ValueError, match="kernel_likely must be 0 or more"):
+        InductorFleet(RuntimeSession(runtime=make_runtime()), kernel_likely=-1)
+
+
+@pytest.mark.usefixtures("without_triton")
+def test_a_new_gpu_model_times_the_kernel_configurations_the_fleet_tuned(
+    make_runtime, live_service
+):
+    """Host 1 of one GPU model tunes a kernel and pushes it; a GPU model the fleet has not
+    run it on gets that ranking from the real service (source nearest) and times it."""
+    import httpx
+
+    from agents.runtime.fleet import FleetPriors
+
+    runs = []
+    first = make_runtime()
+    first.on_probe = runs.append
+    kernel = Autotuner(src="def triton_per_fused_rms_norm_3(in_ptr0, out_ptr0): ...")
+    InductorFleet(RuntimeSession(runtime=first)).tune_kernel(
+        tuning(kernel, (256, 8), []), kernel, "initial"
+    )
+    push(live_service, runs)
+    new = make_runtime()
+    new.cache = type(first.cache)(None)
+    new.hardware = first.hardware.model_copy(
+        update={"compute_units": first.hardware.compute_units + 8}
+    )
+    own = []
+    new.on_probe = own.append
+    with httpx.Client(base_url=live_service.base_url) as client:
+        fleet_priors = FleetPriors(client=client, token=live_service.agent_token, margin=0.01)
+        fleet = InductorFleet(RuntimeSession(runtime=new, fleet=fleet_priors), kernel_likely=1)
+        again = Autotuner(src=kernel.fn.src)
+        again.speeds = {(64, 4): 0.025, (256, 8): 0.019}
+        calls: list[Any] = []
+        launched = fleet.tune_kernel(tuning(again, (64, 4), calls), again, OWN)
+    assert calls == [] and again.benched == [(64, 4), (256, 8)]
+    assert launched.config.kwargs["R0_BLOCK"] == 256
+    assert fleet.stats.kernel_hits == 0 and fleet.stats.kernels_likely == 1
+    (run,) = own
+    assert run.hardware == new.hardware and len(run.measurements) == 2
