@@ -88,6 +88,10 @@ KERNEL_LIKELY = 4
 FINALISTS = 8
 FINALIST_SPREAD = 0.25
 FINALIST_ROUNDS = 3
+# A search among the most similar hardware's fastest: its own timing decides. On the H200 the
+# finalists doubled a new GPU model's compile and did not make its program faster
+# (BENCHMARKS.md).
+LIKELY_FINALISTS = 0
 OPS = frozenset({"mm", "addmm", "bmm"})
 DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}
 MAX_STR_PARAM = 256
@@ -268,7 +272,8 @@ class InductorFleet:
     `rounds` rounds, before its winner is chosen and recorded (0: the search's one timing
     decides). `likely` is how many configurations a search times where this GPU model has
     no winner but the fleet answers with the most similar hardware's ranking (0: inductor's
-    whole search space); the search is recorded as any other. `kernel_likely` is the same
+    whole search space); the search is recorded as any other, its finalists
+    `likely_finalists` (0: its one timing decides). `kernel_likely` is the same
     for a pointwise or reduction kernel: inductor's own launch configuration and that
     hardware's `kernel_likely` fastest are timed, in place of coordinate descent (0: always
     coordinate descent).
@@ -283,6 +288,7 @@ class InductorFleet:
         rounds: int = FINALIST_ROUNDS,
         likely: int = LIKELY,
         kernel_likely: int = KERNEL_LIKELY,
+        likely_finalists: int = LIKELY_FINALISTS,
     ) -> None:
         if shortlist < 1:
             raise ValueError(f"shortlist must be at least 1, not {shortlist}")
@@ -295,9 +301,12 @@ class InductorFleet:
                 f"finalists must be 0 or at least 2 and rounds at least 1, not {finalists} "
                 f"and {rounds}"
             )
+        if likely_finalists < 0 or likely_finalists == 1:
+            raise ValueError(f"likely_finalists must be 0 or at least 2, not {likely_finalists}")
         self.session = session
         self.shortlist = shortlist
         self.finalists = finalists
+        self.likely_finalists = likely_finalists
         self.rounds = rounds
         self.likely = likely
         self.kernel_likely = kernel_likely
@@ -636,9 +645,11 @@ class InductorFleet:
     ) -> None:
         searched = {choice: float(timings[choice]) for choice in tagged}
         medians: dict[str, float] = {}
-        if bench is not None and self.finalists:
+        likely = problem.key_hash() in self._likely
+        finalists = self.likely_finalists if likely else self.finalists
+        if bench is not None and finalists:
             start = time.perf_counter()
-            medians = self.retime(tagged, searched, bench)
+            medians = self.retime(tagged, searched, bench, finalists=finalists)
             self.stats.retime_s += time.perf_counter() - start
         if medians:
             self._retimed[problem.key_hash()] = medians
@@ -655,15 +666,18 @@ class InductorFleet:
         tagged: dict[Any, Candidate],
         searched: dict[Any, float],
         bench: Callable[..., dict[Any, float]],
+        *,
+        finalists: int | None = None,
     ) -> dict[str, float]:
         """Time a search's finalists again; return each one's median by candidate id.
 
         The finalists are the configurations within FINALIST_SPREAD of the search's
-        fastest, at most `finalists`; each round times them all, starting one further
-        along. One search of a 5 µs product ranked its configurations differently from the
-        next search on the same H200 (BENCHMARKS.md), and the fleet serves what is
-        recorded here to every other host, which never searches it again. An empty answer
-        (fewer than two finalists, or a failed benchmark) leaves the search's timings.
+        fastest, at most `finalists` (the fleet's `finalists` where not given); each round
+        times them all, starting one further along. One search of a 5 µs product ranked its
+        configurations differently from the next search on the same H200 (BENCHMARKS.md),
+        and the fleet serves what is recorded here to every other host, which never searches
+        it again. An empty answer (fewer than two finalists, or a failed benchmark) leaves
+        the search's timings.
         """
         ranked = sorted(
             (ms, i, choice)
@@ -673,25 +687,26 @@ class InductorFleet:
         if not ranked:
             return {}
         limit = ranked[0][0] * (1 + FINALIST_SPREAD)
-        finalists = [choice for ms, _, choice in ranked if ms <= limit][: self.finalists]
-        if len(finalists) < 2:
+        most = self.finalists if finalists is None else finalists
+        chosen = [choice for ms, _, choice in ranked if ms <= limit][:most]
+        if len(chosen) < 2:
             return {}
         takes_choices = _takes_choices(bench)
-        samples: dict[Any, list[float]] = {choice: [] for choice in finalists}
+        samples: dict[Any, list[float]] = {choice: [] for choice in chosen}
         for round_ in range(self.rounds):
-            turn = round_ % len(finalists)
-            order = finalists[turn:] + finalists[:turn]
+            turn = round_ % len(chosen)
+            order = chosen[turn:] + chosen[:turn]
             try:
                 # an older inductor's benchmark takes no choices: it times them all
                 got = bench(order) if takes_choices else bench()
             except Exception as exc:  # inductor's benchmark of a choice that will not run
                 log.warning(
                     "timing the finalists of %s again failed; its search decides: %s",
-                    tagged[finalists[0]].id,
+                    tagged[chosen[0]].id,
                     exc,
                 )
                 return {}
-            for choice in finalists:
+            for choice in chosen:
                 ms = got.get(choice)
                 if isinstance(ms, int | float) and math.isfinite(ms) and ms > 0:
                     samples[choice].append(float(ms))
@@ -907,6 +922,7 @@ def compiled(
     finalists: int = FINALISTS,
     likely: int = LIKELY,
     kernel_likely: int = KERNEL_LIKELY,
+    likely_finalists: int = LIKELY_FINALISTS,
     **options: Any,
 ) -> Iterator[InductorFleet]:
     """Compile inside the block with the fleet's GEMM winners; search and record the rest.
@@ -925,8 +941,9 @@ def compiled(
     `InductorFleet.retime`; 0 leaves the search's one timing to decide).
     A product this GPU model never compiled, which the fleet compiled on similar hardware,
     is searched among that hardware's `likely` fastest configurations only (0: inductor's
-    whole search); a kernel it tuned, among its `kernel_likely` fastest launch
-    configurations and inductor's own (0: coordinate descent).
+    whole search), and that search's one timing decides (`likely_finalists` 0); a kernel it
+    tuned, among its `kernel_likely` fastest launch configurations and inductor's own (0:
+    coordinate descent).
     """
     import torch._inductor.config as inductor_config
     from torch._inductor import select_algorithm
@@ -943,6 +960,7 @@ def compiled(
         finalists=finalists if gpu else 0,
         likely=likely,
         kernel_likely=kernel_likely,
+        likely_finalists=likely_finalists if gpu else 0,
     )
     handler = _choices_class()(fleet)
     saver = select_algorithm.get_algorithm_selector_cache()  # the one that searches
@@ -991,7 +1009,7 @@ def compile(
 
     The model is called once with `example` (its positional arguments, or one tensor)
     inside `compiled` (`how`: shortlist, tune_kernels, device_time, finalists, likely,
-    kernel_likely), which
+    kernel_likely, likely_finalists), which
     searches and records what nobody measured yet. Where that compile searched, the model
     is compiled and called once more, from the winners just recorded (`recompile`): the
     program every other host of the fleet compiles. `options` are inductor's, for both

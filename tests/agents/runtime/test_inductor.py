@@ -328,6 +328,11 @@ def test_finalists_are_timed_again_on_a_gpu_only(make_runtime):
         assert on_gpu.finalists == FINALISTS and on_gpu.rounds == 3
     with compiled(RuntimeSession(runtime=runtime), finalists=0) as asked:
         assert asked.finalists == 0
+    with compiled(RuntimeSession(runtime=runtime), likely_finalists=4) as likely:
+        assert likely.likely_finalists == 4
+    runtime.device = dataclasses.replace(runtime.device, kind="cpu")
+    with compiled(RuntimeSession(runtime=runtime), likely_finalists=4) as on_cpu:
+        assert on_cpu.likely_finalists == 0
 
 
 @dataclass
@@ -405,6 +410,29 @@ def test_a_search_among_the_nearest_hardwares_fastest_is_tagged_for_recording(ma
         {"template_id": "aten::addmm"},
     ]
     assert fleet.stats.likely == 1
+
+
+@pytest.mark.parametrize("likely_finalists, rounds", [(0, 0), (3, 3)])
+def test_a_likely_search_is_decided_by_its_own_timing_unless_asked(
+    make_runtime, likely_finalists, rounds
+):
+    """A search among the nearest hardware's fastest times no finalists again by default."""
+    runs = []
+    rt = make_runtime()
+    rt.on_probe = runs.append
+    fleet = InductorFleet(RuntimeSession(runtime=rt), likely_finalists=likely_finalists)
+    problem = mm_problem(m=4)
+    learn_nearest(fleet, make_runtime, problem)
+    assert fleet.configs(problem) and fleet.stats.likely == 1
+    timings = tagged_search(problem, FIRST_SEARCH)
+    bench = Bench(AGAIN)
+    fleet.feedback(timings, "mm", [], list(timings), bench)
+    assert len(bench.calls) == rounds and fleet.stats.retimed == int(rounds > 0)
+    (run,) = runs
+    winner = next(m for m in run.measurements if m.candidate.id == run.winner_id)
+    assert winner.candidate.params["BLOCK_M"] == (64 if rounds else 32)
+    with pytest.raises(ValueError, match="likely_finalists must be 0 or at least 2"):
+        InductorFleet(RuntimeSession(runtime=rt), likely_finalists=1)
 
 
 def test_the_lookup_answers_only_templates_in_use(make_runtime):
