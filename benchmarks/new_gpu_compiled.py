@@ -1,7 +1,7 @@
 """A GPU model the fleet never compiled on: its first compile, with and without the fleet.
 
 Usage (device): python3 benchmarks/new_gpu_compiled.py --model opt-350m --case decode-b32 \
-    --sm-limit 64 --out F [--whole] [--variants]
+    --sm-limit 64 --out F [--whole] [--variants [NAME ...]]
 
 On one H200, against the embedded service:
 1. the fleet: a process on the whole H200 compiles the case inside `tps_runtime.compiled`
@@ -13,10 +13,12 @@ On one H200, against the embedded service:
    service's `compiled` source; each kernel timed among that hardware's fastest launch
    configurations), plus with `--variants` TPS with the fleet otherwise (`coordesc`: each
    kernel tuned by coordinate descent, as before `kernel_likely`; `finalists`: each
-   search's finalists timed again, as before `likely_finalists`) and, with `--whole`, TPS
-   without the fleet (inductor's whole search, as host 1 of a fleet). The TPS variants'
-   sessions push only after every compile, so none sees another's records.
-Writes one JSON object (both processes' figures, ratios with paired 95% intervals).
+   search's finalists timed again, as before `likely_finalists`; `likely2`: each product
+   searched among the 2 fastest) and, with `--whole`, TPS without the fleet (inductor's
+   whole search, as host 1 of a fleet). The TPS variants' sessions push only after every
+   compile, so none sees another's records.
+Writes one JSON object (both processes' figures, ratios with paired 95% intervals, and each
+compile's longest phases by inductor's own timers).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ RATIOS = (
     ("finalists_vs_max_autotune", "max_autotune", "finalists"),
     ("fleet_vs_coordesc", "coordesc", "fleet"),
     ("fleet_vs_finalists", "finalists", "fleet"),
+    ("likely2_vs_max_autotune", "max_autotune", "likely2"),
+    ("fleet_vs_likely2", "likely2", "fleet"),
     ("whole_vs_max_autotune", "max_autotune", "whole"),
     ("fleet_vs_whole", "whole", "fleet"),
 )
@@ -47,18 +51,41 @@ RATIOS = (
 VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "coordesc": ({"kernel_likely": 0}, {"trace.enabled": False}),
     "finalists": ({"likely_finalists": 8}, {"trace.graph_diagram": False}),
+    "likely2": ({"likely": 2}, {"trace.compile_profile": False}),
 }
+PHASES = 16  # a compile's longest phases kept (inductor's own timers, seconds)
+PHASES_OF: dict[str, dict[str, float]] = {}  # each first call's phases, by what it was
 
 
 def _first_call(run: Any, what: str) -> float:
+    """Run a compiled variant's first call; its compile's longest phases go to PHASES_OF."""
     import torch
 
+    before = _timer_counts()
     start = time.perf_counter()
     run()
     torch.cuda.synchronize()
     took = time.perf_counter() - start
+    PHASES_OF[what] = _phases(before)
     print(f"{what}: compiled in {took:.1f} s", file=sys.stderr, flush=True)  # noqa: T201
     return took
+
+
+def _phases(before: dict[str, int]) -> dict[str, float]:
+    """Seconds in each of inductor's timed phases since `before` (`_timer_counts()`)."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    spent = {
+        name: sum(times[before.get(name, 0) :]) for name, times in compilation_time_metrics.items()
+    }
+    longest = sorted(spent.items(), key=lambda kv: -kv[1])[:PHASES]
+    return {name: round(s, 2) for name, s in longest if s >= 0.05}
+
+
+def _timer_counts() -> dict[str, int]:
+    from torch._dynamo.utils import compilation_time_metrics
+
+    return {name: len(times) for name, times in compilation_time_metrics.items()}
 
 
 def _stats(fleet: Any) -> dict[str, Any]:
@@ -98,6 +125,7 @@ def fleet_host(args: argparse.Namespace) -> dict[str, Any]:
         "compile_s": round(compile_s, 2),
         "pushed_runs": pushed,
         **_stats(fleet),
+        "phases": PHASES_OF,
     }
 
 
@@ -132,7 +160,8 @@ def new_host(args: argparse.Namespace) -> dict[str, Any]:
         out["fleet_compile_s"] = round(_first_call(variants["fleet"], "new GPU with the fleet"), 2)
     out["fleet"] = _stats(fleet)
     sessions = [fleet_session]
-    for name, (how, marker) in VARIANTS.items() if args.variants else ():
+    chosen = args.variants or (VARIANTS if args.variants is not None else ())
+    for name, (how, marker) in ((n, VARIANTS[n]) for n in chosen):
         _new_process_kernels()
         # One green context a process: each session runs on the one opened above, as the
         # same hardware, with the same service (asked once per product), each its own cache.
@@ -169,6 +198,7 @@ def new_host(args: argparse.Namespace) -> dict[str, Any]:
     clock = Clock("cuda")
     times = clock.side_by_side(variants)
     out["ms"] = {name: round(ms, 4) for name, ms in times.items()}
+    out["phases"] = PHASES_OF
     out["ratios"] = {}
     for name, numerator, denominator in RATIOS:
         if numerator in times and denominator in times:
@@ -212,8 +242,9 @@ def main() -> None:
     p.add_argument("--sm-limit", type=int, default=64)
     p.add_argument("--whole", action="store_true", help="also TPS without the fleet")
     p.add_argument(
-        "--variants", action="store_true", help="also TPS with the fleet otherwise (VARIANTS)"
-    )
+        "--variants", nargs="*", choices=sorted(VARIANTS), metavar="NAME",
+        help=f"also TPS with the fleet otherwise: these of {sorted(VARIANTS)} (none named: all)",
+    )  # fmt: skip
     p.add_argument("--fleet-finalists", type=int, default=8)
     p.add_argument("--out", type=Path)
     p.add_argument("--timeout-s", type=float, default=400.0, help="each process's limit")
@@ -235,7 +266,9 @@ def main() -> None:
         args.service, args.token, args.workdir = url, token, Path(tmp)
         first = _child("fleet", args, [])
         print(f"fleet: {json.dumps(first)[:1500]}", file=sys.stderr)  # noqa: T201
-        flags = [f for f, on in (("--whole", args.whole), ("--variants", args.variants)) if on]
+        flags = ["--whole"] if args.whole else []
+        if args.variants is not None:
+            flags += ["--variants", *args.variants]
         second = {} if "error" in first else _child("new", args, flags)
     result = {
         "model": args.model,

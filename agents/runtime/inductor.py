@@ -89,7 +89,7 @@ FINALISTS = 8
 FINALIST_SPREAD = 0.25
 FINALIST_ROUNDS = 3
 # A search among the most similar hardware's fastest: its own timing decides. On the H200 the
-# finalists doubled a new GPU model's compile and did not make its program faster
+# finalists made a new GPU model's compile 1.4x longer and its program no faster
 # (BENCHMARKS.md).
 LIKELY_FINALISTS = 0
 OPS = frozenset({"mm", "addmm", "bmm"})
