@@ -13,10 +13,12 @@ On one H200, against the embedded service:
    service's `compiled` source; each kernel timed among that hardware's fastest launch
    configurations), plus with `--variants` TPS with the fleet otherwise (`coordesc`: each
    kernel tuned by coordinate descent, as before `kernel_likely`; `finalists`: each
-   search's finalists timed again, as before `likely_finalists`; `likely2`: each product
-   searched among the 2 fastest) and, with `--whole`, TPS without the fleet (inductor's
-   whole search, as host 1 of a fleet). The TPS variants' sessions push only after every
-   compile, so none sees another's records.
+   search's finalists timed again, as before `likely_finalists`; `likely4`: each product
+   searched among the 4 fastest; `epilogues`: each search timed again with its epilogues
+   fused, as max-autotune does; `epilogues_likely4`: both, as before `epilogues`) and,
+   with `--whole`, TPS without the fleet (inductor's whole search, as host 1 of a fleet).
+   The TPS variants' sessions push only after every compile, so none sees another's
+   records.
 Writes one JSON object (both processes' figures, ratios with paired 95% intervals, and each
 compile's longest phases by inductor's own timers).
 """
@@ -41,17 +43,27 @@ RATIOS = (
     ("finalists_vs_max_autotune", "max_autotune", "finalists"),
     ("fleet_vs_coordesc", "coordesc", "fleet"),
     ("fleet_vs_finalists", "finalists", "fleet"),
-    ("likely2_vs_max_autotune", "max_autotune", "likely2"),
-    ("fleet_vs_likely2", "likely2", "fleet"),
+    ("likely4_vs_max_autotune", "max_autotune", "likely4"),
+    ("fleet_vs_likely4", "likely4", "fleet"),
+    ("epilogues_vs_max_autotune", "max_autotune", "epilogues"),
+    ("fleet_vs_epilogues", "epilogues", "fleet"),
+    ("epilogues_likely4_vs_max_autotune", "max_autotune", "epilogues_likely4"),
+    ("fleet_vs_epilogues_likely4", "epilogues_likely4", "fleet"),
     ("whole_vs_max_autotune", "max_autotune", "whole"),
     ("fleet_vs_whole", "whole", "fleet"),
 )
 # TPS with the fleet otherwise (`--variants`): what `compiled` is given, and the options that
-# make each compile a graph of its own (a default value: the program is unchanged)
+# make each compile a graph of its own (a default value, or what `compiled` sets: the program
+# is unchanged)
 VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "coordesc": ({"kernel_likely": 0}, {"trace.enabled": False}),
     "finalists": ({"likely_finalists": 8}, {"trace.graph_diagram": False}),
-    "likely2": ({"likely": 2}, {"trace.compile_profile": False}),
+    "likely4": ({"likely": 4}, {"trace.compile_profile": False}),
+    "epilogues": ({"epilogues": True}, {"benchmark_epilogue_fusion": True}),
+    "epilogues_likely4": (
+        {"epilogues": True, "likely": 4},
+        {"benchmark_epilogue_fusion": True, "trace.compile_profile": False},
+    ),
 }
 PHASES = 16  # a compile's longest phases kept (inductor's own timers, seconds)
 PHASES_OF: dict[str, dict[str, float]] = {}  # each first call's phases, by what it was

@@ -7,15 +7,18 @@ Inside `compiled(session)`:
 - a product whose winner this host's cache or the fleet knows compiles with that one
   configuration: inductor's lookup table, so nothing is timed and epilogues still fuse.
   `shortlist=N` serves the fleet's N fastest instead (and its fastest ATen/extern choice,
-  where one was measured), which inductor times with their fused epilogues as max-autotune
-  does with its finalists. On the H200 that was slower than the winner alone in 3 of 4
-  cases (BENCHMARKS.md): decode there is bound by the host, and the epilogue benchmarking,
-  which compares GPU time only, leaves more kernels to launch;
+  where one was measured), which inductor times (with their fused epilogues too, as
+  max-autotune does, where `epilogues` is on). On the H200 a shortlist with the epilogues
+  timed was slower than the winner alone in 3 of 4 cases (BENCHMARKS.md): decode there is
+  bound by the host, and the epilogue benchmarking, which compares GPU time only, leaves
+  more kernels to launch;
 - a product this GPU model never compiled, which the fleet compiled on other hardware of
   its vendor, is searched among the most similar hardware's `likely` fastest configurations
-  (4, and its fastest extern choice): the service's `compiled` source of priors. The search
+  (2, and its fastest extern choice): the service's `compiled` source of priors. The search
   is this host's own, timed and recorded as below, so a new GPU model does not pay
-  max-autotune's whole search for what the fleet already ranked;
+  max-autotune's whole search for what the fleet already ranked. A search does not time its
+  configurations again with their epilogues fused (`epilogues=False`), as max-autotune does:
+  inductor fuses them by its rules, as for a second host's one configuration;
 - a product nobody measured yet is searched by inductor as under max-autotune, and TPS
   records every configuration it timed: a probe run per product, cached here and pushed
   to the service, so the next host of the same GPU model compiles it with no search.
@@ -77,8 +80,10 @@ TEMPLATE_ID = "template_id"
 EXTERN_PREFIX = "aten::"  # inductor's uid of an ATen/extern choice (cuBLAS), e.g. aten::addmm
 SHORTLIST = 1  # the winner alone: measured faster than a shortlist of 3
 # A product this GPU model has not compiled yet, which the most similar hardware has: its
-# fastest LIKELY configurations are what inductor times (and the fastest extern choice).
-LIKELY = 4
+# fastest LIKELY configurations are what inductor times (and the fastest extern choice). On
+# the H200, 2 ran level with 4 (paired 0.985 and 0.997, both intervals across 1.0) and
+# searched in 8 s where 4 took 13 (BENCHMARKS.md).
+LIKELY = 2
 # A kernel this GPU model has not tuned yet, which the most similar hardware has: its
 # KERNEL_LIKELY fastest launch configurations and inductor's own are timed, and no other.
 KERNEL_LIKELY = 4
@@ -92,6 +97,11 @@ FINALIST_ROUNDS = 3
 # finalists made a new GPU model's compile 1.4x longer and its program no faster
 # (BENCHMARKS.md).
 LIKELY_FINALISTS = 0
+# Whether a search times its configurations again with their epilogues fused (max-autotune's
+# way). Off, inductor fuses them by its rules, as it does for the one configuration a second
+# host compiles. On the H200 a new GPU model's compile went from 27.1 to 20.2 s (LIKELY 2)
+# and its program ran level (paired 1.005, 0.998-1.016; BENCHMARKS.md).
+EPILOGUES = False
 OPS = frozenset({"mm", "addmm", "bmm"})
 DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}
 MAX_STR_PARAM = 256
@@ -923,6 +933,7 @@ def compiled(
     likely: int = LIKELY,
     kernel_likely: int = KERNEL_LIKELY,
     likely_finalists: int = LIKELY_FINALISTS,
+    epilogues: bool = EPILOGUES,
     **options: Any,
 ) -> Iterator[InductorFleet]:
     """Compile inside the block with the fleet's GEMM winners; search and record the rest.
@@ -943,7 +954,10 @@ def compiled(
     is searched among that hardware's `likely` fastest configurations only (0: inductor's
     whole search), and that search's one timing decides (`likely_finalists` 0); a kernel it
     tuned, among its `kernel_likely` fastest launch configurations and inductor's own (0:
-    coordinate descent).
+    coordinate descent). `epilogues` has a search with several configurations time each
+    one again with its neighbours fused (inductor's `benchmark_epilogue_fusion`, on under
+    max-autotune); off, inductor fuses them by its rules, as it does the one configuration
+    of a product the fleet knows.
     """
     import torch._inductor.config as inductor_config
     from torch._inductor import select_algorithm
@@ -973,6 +987,8 @@ def compiled(
             stack.enter_context(
                 inductor_config.patch(profile_bandwidth_with_do_bench_using_profiling=True)
             )
+        if not epilogues:
+            stack.enter_context(inductor_config.patch(benchmark_epilogue_fusion=False))
         if tune_kernels:
             stack.enter_context(inductor_config.patch(coordinate_descent_tuning=True))
             stack.enter_context(_kernel_tuning(fleet))

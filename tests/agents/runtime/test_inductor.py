@@ -917,6 +917,24 @@ def test_a_search_on_a_gpu_times_device_time_only(make_runtime):
         assert inductor_config.profile_bandwidth_with_do_bench_using_profiling == before
 
 
+def test_a_search_leaves_epilogue_fusion_to_inductors_rules_unless_asked(make_runtime):
+    """By default the block turns off inductor's epilogue benchmarking, in the block only;
+    `epilogues=True` leaves it as max-autotune has it."""
+    import torch._inductor.config as inductor_config
+
+    before = inductor_config.benchmark_epilogue_fusion
+    inductor_config.benchmark_epilogue_fusion = True  # max-autotune's own setting
+    try:
+        runtime = make_runtime()
+        with compiled(RuntimeSession(runtime=runtime)):
+            assert inductor_config.benchmark_epilogue_fusion is False
+        assert inductor_config.benchmark_epilogue_fusion is True
+        with compiled(RuntimeSession(runtime=runtime), epilogues=True):
+            assert inductor_config.benchmark_epilogue_fusion is True
+    finally:
+        inductor_config.benchmark_epilogue_fusion = before
+
+
 @pytest.mark.usefixtures("without_triton")
 def test_a_second_host_runs_the_fleets_kernel_configuration(make_runtime, live_service):
     """Host 1's kernel tuning goes to the real service; host 2 builds its winner untuned."""
