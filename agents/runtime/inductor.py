@@ -1025,11 +1025,10 @@ def compile(
 
     The model is called once with `example` (its positional arguments, or one tensor)
     inside `compiled` (`how`: shortlist, tune_kernels, device_time, finalists, likely,
-    kernel_likely, likely_finalists), which
-    searches and records what nobody measured yet. Where that compile searched, the model
-    is compiled and called once more, from the winners just recorded (`recompile`): the
-    program every other host of the fleet compiles. `options` are inductor's, for both
-    compiles.
+    kernel_likely, likely_finalists, epilogues), which searches and records what nobody
+    measured yet. Where that compile searched, the model is compiled and called once more,
+    from the winners just recorded (`recompile`): the program every other host of the fleet
+    compiles. `options` are inductor's, for both compiles.
     """
     import torch
 
