@@ -10,7 +10,9 @@ batches `tps bench priors --ingest-rate` pushes (50 runs of the fleet simulator,
 for the largest batch the API takes, this times the parse and plan, and the longest gap that
 a second thread, asking for the interpreter every 0.2 ms, sees meanwhile (`gap`). For a parse
 in a process of its own, it also times what handing the plan back would cost the API process
-(`pickle.loads`, its runs' models included).
+(`pickle.loads`, its runs' models included). The collector is set as the API process sets it
+at startup (what exists frozen, the service's `gc_threshold`); `collector_off` is the same
+parse with the collector off, to tell its share from pydantic-core's own.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 
 from services.profiler_api.ingest.plan import IngestPlan
 from services.profiler_api.ingest.service import parse_batch
+from services.profiler_api.settings import Settings
 from tools.synthetic import FleetSimulator
 from tps.schemas import MAX_BATCH_RUNS, ProbeRunBatch
 
@@ -81,12 +84,19 @@ def main() -> None:
         ]
         del runs
         _plan(bodies[0])  # not counted: the first call builds what later calls reuse
-        took, gaps, unpickled = [], [], []
+        gc.collect()  # as the API process at startup
+        gc.freeze()
+        gc.set_threshold(Settings.model_fields["gc_threshold"].default, 20, 20)
+        took, gaps, unpickled, off_took, off_gaps = [], [], [], [], []
         for body in bodies[1:]:
-            gc.collect()  # each batch starts from a collected heap, as a quiet worker's would
             ms, gap = _watched(_plan, body)
             took.append(ms)
             gaps.append(gap)
+            gc.disable()
+            ms, gap = _watched(_plan, body)
+            gc.enable()
+            off_took.append(ms)
+            off_gaps.append(gap)
             data = pickle.dumps(_plan(body), pickle.HIGHEST_PROTOCOL)
             start = time.perf_counter()
             pickle.loads(data)
@@ -98,6 +108,7 @@ def main() -> None:
             "gap": _summary(gaps),
             "plan_pickle_bytes": len(data),
             "plan_unpickle": _summary(unpickled),
+            "collector_off": {"parse_and_plan": _summary(off_took), "gap": _summary(off_gaps)},
         }
     print(json.dumps(out, indent=2))  # noqa: T201  (the script's output)
 
