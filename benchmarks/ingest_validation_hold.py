@@ -27,6 +27,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from services.profiler_api.app import configure_collector
 from services.profiler_api.ingest.plan import IngestPlan
 from services.profiler_api.ingest.service import parse_batch
 from services.profiler_api.settings import Settings
@@ -84,9 +85,7 @@ def main() -> None:
         ]
         del runs
         _plan(bodies[0])  # not counted: the first call builds what later calls reuse
-        gc.collect()  # as the API process at startup
-        gc.freeze()
-        gc.set_threshold(Settings.model_fields["gc_threshold"].default, 20, 20)
+        configure_collector(Settings.model_fields["gc_threshold"].default)  # as a worker
         took, gaps, unpickled, off_took, off_gaps = [], [], [], [], []
         for body in bodies[1:]:
             ms, gap = _watched(_plan, body)

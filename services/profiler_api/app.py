@@ -91,9 +91,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         retention_days=settings.measurement_retention_days,
         interval_s=settings.partition_maintenance_s,
     ).start(stop)
-    gc.collect()
-    gc.freeze()  # long-lived startup objects leave the collector's working set
-    gc.set_threshold(settings.gc_threshold, 20, 20)
+    configure_collector(settings.gc_threshold)
     if settings.token_cache_ttl_s > 0:
         RevocationListener(libpq_url(url), app.state.token_cache).start(stop)
     if settings.training_worker:
@@ -105,6 +103,14 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         stop.set()
         engine.dispose()
         read_engine.dispose()
+
+
+def configure_collector(threshold: int) -> None:
+    """Set the process's collector as a worker serves: long-lived startup objects leave its
+    working set, and a young collection waits for `threshold` allocations."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(threshold, 20, 20)
 
 
 def _shared_answers(settings: Settings) -> SharedAnswers | None:
