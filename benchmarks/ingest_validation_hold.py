@@ -3,14 +3,15 @@
 Usage:
     .venv/bin/python benchmarks/ingest_validation_hold.py > benchmarks/results/F.json
 
-The API validates a batch (`parse_batch`, pydantic-core's `model_validate_json`) and plans
-its rows (`IngestPlan.from_batch`) on a worker thread, while the same process answers priors
-on its event loop: whatever holds the interpreter meanwhile delays those answers. For the
-batches `tps bench priors --ingest-rate` pushes (50 runs of the fleet simulator, seed 7) and
-for the largest batch the API takes, this times the parse and plan, and the longest gap that
-a second thread, asking for the interpreter every 0.2 ms, sees meanwhile (`gap`). For a parse
-in a process of its own, it also times what handing the plan back would cost the API process
-(`pickle.loads`, its runs' models included). The collector is set as the API process sets it
+Validating a batch (`parse_batch`, pydantic-core's `model_validate_json`) and planning its
+rows (`IngestPlan.from_batch`) on a thread of the process whose event loop answers priors
+delays those answers by whatever it holds the interpreter for: so it was done until the API
+validated batches in processes of its own (`ingest_parse_processes`, 0 for a worker thread).
+For the batches `tps bench priors --ingest-rate` pushes (50 runs of the fleet simulator,
+seed 7) and for the largest batch the API takes, this times the parse and plan, and the
+longest gap that a second thread, asking for the interpreter every 0.2 ms, sees meanwhile
+(`gap`); and what the API process pays to take the plan back from a parse process
+(`plan_unpickle`: a plan holds plain rows). The collector is set as the API process sets it
 at startup (what exists frozen, the service's `gc_threshold`); `collector_off` is the same
 parse with the collector off, to tell its share from pydantic-core's own.
 """
@@ -28,8 +29,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from services.profiler_api.app import configure_collector
+from services.profiler_api.ingest.parsing import parse_batch
 from services.profiler_api.ingest.plan import IngestPlan
-from services.profiler_api.ingest.service import parse_batch
 from services.profiler_api.settings import Settings
 from tools.synthetic import FleetSimulator
 from tps.schemas import MAX_BATCH_RUNS, ProbeRunBatch

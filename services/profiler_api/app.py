@@ -28,6 +28,7 @@ from services.profiler_api.errors import install_error_handlers
 from services.profiler_api.fleet.retention import PartitionMaintainer
 from services.profiler_api.fleet.router import router as fleet_router
 from services.profiler_api.guard import BodyGuardMiddleware
+from services.profiler_api.ingest.parsing import ParsePool
 from services.profiler_api.ingest.router import router as ingest_router
 from services.profiler_api.metrics import (
     MULTIPROC_ENV,
@@ -91,6 +92,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         retention_days=settings.measurement_retention_days,
         interval_s=settings.partition_maintenance_s,
     ).start(stop)
+    app.state.parse_pool.warm()
     configure_collector(settings.gc_threshold)
     if settings.token_cache_ttl_s > 0:
         RevocationListener(libpq_url(url), app.state.token_cache).start(stop)
@@ -101,6 +103,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
     finally:
         stop.set()
+        await run_in_threadpool(app.state.parse_pool.close)
         engine.dispose()
         read_engine.dispose()
 
@@ -151,6 +154,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         cache=cache,
         on_answer=lambda source, s: metrics.priors_answer.labels(source).observe(s),
     )
+    app.state.parse_pool = ParsePool(settings.ingest_parse_processes)
     app.state.token_cache = TokenCache(ttl_s=settings.token_cache_ttl_s)
     app.state.rate_limiter = RateLimiter(
         rate_per_s=settings.rate_limit_per_s, burst=settings.rate_limit_burst

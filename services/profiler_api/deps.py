@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from services.profiler_api.auth.cache import TokenCache
 from services.profiler_api.auth.limits import RateLimiter
 from services.profiler_api.auth.service import Principal, Role, check_token, lookup
+from services.profiler_api.ingest.parsing import ParsePool
 from services.profiler_api.metrics import ServiceMetrics
 from services.profiler_api.settings import Settings
 
@@ -52,8 +53,14 @@ async def get_metrics(request: Request) -> ServiceMetrics:
     return metrics
 
 
+async def get_parse_pool(request: Request) -> ParsePool:
+    pool: ParsePool = request.app.state.parse_pool
+    return pool
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 MetricsDep = Annotated[ServiceMetrics, Depends(get_metrics)]
+ParsePoolDep = Annotated[ParsePool, Depends(get_parse_pool)]
 
 
 def _lookup(request: Request, token_hash: str) -> Principal:

@@ -87,6 +87,11 @@ class Settings(BaseSettings):
     cpu_nice: int = Field(
         default=0, ge=0, le=19, description="raise this process's CPU niceness to at least this"
     )
+    # Batches are validated in processes of their own, so that the interpreter which answers
+    # priors never waits on a parse; 0 validates on a worker thread of the API process.
+    ingest_parse_processes: int = Field(
+        default=1, ge=0, le=64, description="ingest's validating processes, per API process"
+    )
     # Ingest allocates many small objects; fewer young-generation collections keep it fast.
     gc_threshold: int = Field(default=50_000, gt=0)
 

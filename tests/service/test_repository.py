@@ -9,8 +9,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from services.profiler_api.auth.repository import upsert_organisation
+from services.profiler_api.ingest.parsing import parse_batch
 from services.profiler_api.ingest.plan import IngestPlan
-from services.profiler_api.ingest.service import parse_batch, store
+from services.profiler_api.ingest.service import store
 from services.profiler_api.orm import CandidateStats, MeasurementRow, ProbeRunRow
 from services.profiler_api.priors.observed import ObservedPriors, observed_confidence
 from services.profiler_api.priors.query import PriorQuery

@@ -1,4 +1,8 @@
-"""The rows of one batch: deduplicated and checked against their columns."""
+"""The rows of one batch: deduplicated and checked against their columns.
+
+A plan holds plain values only (tuples of strings, numbers, UUIDs and datetimes), so that a
+batch validated in a process of its own comes back to the API process cheaply.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import json
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from services.profiler_api.errors import Unprocessable
 from services.profiler_api.ingest.repository import MeasurementValues, RunRow
@@ -13,6 +18,8 @@ from tps.hardware import MEASURED_FIELDS, SOFTWARE_FIELDS, HardwareSpec
 from tps.problem import ProblemKey
 from tps.schemas import ProbeRun, ProbeRunBatch
 
+# A measurement's values after its run id, in the order of the COPY's columns.
+MeasurementTail = tuple[Any, ...]
 INT4_MAX = 2**31 - 1
 # Run ids are the agents' own: when another organisation already holds one, the run is
 # stored under an id derived from the organisation and the sent id, so that the sender's
@@ -34,8 +41,7 @@ _PER_RUN_FIELDS = sorted(SOFTWARE_FIELDS | MEASURED_FIELDS)
 @dataclass(frozen=True)
 class PlannedRun:
     row: RunRow
-    run: ProbeRun
-    candidate_ids: list[str]
+    measurements: list[MeasurementTail]
 
     @property
     def hardware_id(self) -> str:
@@ -75,20 +81,34 @@ class IngestPlan:
         hardware = run.hardware
         fingerprint = self._hardware_id(hardware)
         problem_hash = self._problem_id(run.problem)
-        candidate_ids = []
-        for ordinal, measurement in enumerate(run.measurements):
+        measurements: list[MeasurementTail] = []
+        for ordinal, m in enumerate(run.measurements):
             # Binary COPY would silently wrap a count too large for its int4 column.
-            if measurement.samples > INT4_MAX or measurement.outliers_rejected > INT4_MAX:
-                field = "samples" if measurement.samples > INT4_MAX else "outliers_rejected"
+            if m.samples > INT4_MAX or m.outliers_rejected > INT4_MAX:
+                field = "samples" if m.samples > INT4_MAX else "outliers_rejected"
                 raise Unprocessable(
                     f"runs.{index}.measurements.{ordinal}.{field}: must be at most {INT4_MAX}"
                 )
-            candidate = measurement.candidate
+            candidate = m.candidate
             candidate_id = candidate.id
-            candidate_ids.append(candidate_id)
             if candidate_id not in self.candidates:
                 params = json.dumps(candidate.params, sort_keys=True)
                 self.candidates[candidate_id] = (candidate_id, candidate.backend, params)
+            measurements.append(
+                (
+                    ordinal,
+                    candidate_id,
+                    m.median_us,
+                    m.p10_us,
+                    m.p90_us,
+                    m.std_us,
+                    m.samples,
+                    m.outliers_rejected,
+                    m.valid,
+                    m.error,
+                    m.compile_ms,
+                )
+            )
         software = json.dumps({name: getattr(hardware, name) for name in _PER_RUN_FIELDS})
         row: RunRow = (
             run.run_id,
@@ -107,7 +127,7 @@ class IngestPlan:
             run.source,
             run.created_at,
         )
-        return PlannedRun(row=row, run=run, candidate_ids=candidate_ids)
+        return PlannedRun(row=row, measurements=measurements)
 
     def _hardware_id(self, hardware: HardwareSpec) -> str:
         spec = hardware.model_dump_json(exclude=_SOFTWARE_FIELDS)
@@ -138,22 +158,8 @@ class IngestPlan:
         for run_id, planned in self.runs.items():
             if run_ids is not None and run_id not in run_ids:
                 continue
-            ids = planned.candidate_ids
-            for ordinal, m in enumerate(planned.run.measurements):
-                yield (
-                    run_id,
-                    ordinal,
-                    ids[ordinal],
-                    m.median_us,
-                    m.p10_us,
-                    m.p90_us,
-                    m.std_us,
-                    m.samples,
-                    m.outliers_rejected,
-                    m.valid,
-                    m.error,
-                    m.compile_ms,
-                )
+            for values in planned.measurements:
+                yield (run_id, *values)
 
     def aliased(self, run_ids: list[uuid.UUID]) -> IngestPlan:
         """Return a plan of the runs `run_ids` only, each keyed by its organisation's alias."""
@@ -167,13 +173,11 @@ class IngestPlan:
             planned = self.runs[run_id]
             alias = org_run_id(self.org_id, run_id)
             row: RunRow = (alias, *planned.row[1:])
-            plan.runs[alias] = PlannedRun(
-                row=row, run=planned.run, candidate_ids=planned.candidate_ids
-            )
+            plan.runs[alias] = PlannedRun(row=row, measurements=planned.measurements)
         return plan
 
     def run_rows(self) -> list[RunRow]:
         return [planned.row for planned in self.runs.values()]
 
     def measurement_count(self, run_ids: set[uuid.UUID]) -> int:
-        return sum(len(self.runs[run_id].run.measurements) for run_id in run_ids)
+        return sum(len(self.runs[run_id].measurements) for run_id in run_ids)

@@ -5,16 +5,14 @@ from __future__ import annotations
 import uuid
 
 from fastapi import APIRouter, Request
-from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from services.profiler_api.deps import AgentDep, MetricsDep, SessionDep, SettingsDep
+from services.profiler_api.deps import AgentDep, MetricsDep, ParsePoolDep, SessionDep, SettingsDep
 from services.profiler_api.errors import APIError
 from services.profiler_api.examples import INGEST_RESPONSE, PROBE_RUNS_REQUEST, json_examples
 from services.profiler_api.ingest import service
-from services.profiler_api.ingest.body import check_encoding, inflate, read_raw
+from services.profiler_api.ingest.body import check_encoding, read_raw
 from services.profiler_api.ingest.readback import load_run
-from services.profiler_api.metrics import ServiceMetrics
 from tps.schemas import MAX_BATCH_RUNS, IngestResult, ProbeRun
 
 router = APIRouter(prefix="/v1", tags=["ingest"])
@@ -37,25 +35,6 @@ _BATCH_SCHEMA = {
 }
 
 
-def _decode_and_ingest(
-    chunks: list[bytes],
-    *,
-    encoding: str,
-    limit: int,
-    session: Session,
-    org_id: int,
-    metrics: ServiceMetrics,
-) -> IngestResult:
-    body = inflate(chunks, encoding=encoding, limit=limit)
-    metrics.ingest_bytes.labels("inflated").inc(len(body))
-    result = service.ingest(session, body, org_id=org_id, metrics=metrics)
-    # Commit here rather than in the session dependency: concurrent batches wait on this
-    # batch's aggregate rows, and the way back through the event loop takes several GIL
-    # hand-offs, each up to a switch interval when another thread is parsing.
-    session.commit()
-    return result
-
-
 @router.post(
     "/probe-runs",
     response_model=IngestResult,
@@ -76,6 +55,7 @@ async def post_probe_runs(
     principal: AgentDep,
     settings: SettingsDep,
     metrics: MetricsDep,
+    parse_pool: ParsePoolDep,
 ) -> IngestResult:
     """Store up to 1000 probe runs; JSON, optionally gzip-encoded (`Content-Encoding: gzip`;
     concatenated members are one body; 32 MiB once inflated).
@@ -90,16 +70,13 @@ async def post_probe_runs(
             request.stream(), limit=limit, content_length=request.headers.get("content-length")
         )
         metrics.ingest_bytes.labels("received").inc(sum(map(len, chunks)))
-        # Inflating, parsing and writing are CPU and database work: off the event loop.
-        result = await run_in_threadpool(
-            _decode_and_ingest,
-            chunks,
-            encoding=encoding,
-            limit=limit,
-            session=session,
-            org_id=principal.org_id,
-            metrics=metrics,
+        # Inflating and validating are CPU work: in the parse processes, off this process's
+        # interpreter; writing is database work, on a worker thread.
+        parsed = await parse_pool.plan(
+            chunks, encoding=encoding, limit=limit, org_id=principal.org_id
         )
+        metrics.ingest_bytes.labels("inflated").inc(parsed.inflated_bytes)
+        result = await run_in_threadpool(service.store_parsed, session, parsed, metrics=metrics)
     except APIError as exc:
         metrics.ingest_rejected.labels(str(exc.status_code)).inc()
         raise

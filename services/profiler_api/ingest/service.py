@@ -1,34 +1,18 @@
-"""Ingest: validate a batch of probe runs, then store it all or nothing."""
+"""Ingest: store a validated batch of probe runs, all or nothing."""
 
 from __future__ import annotations
 
 import time
 
-from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
-from services.profiler_api.errors import PayloadTooLarge, from_validation_errors
 from services.profiler_api.fleet.repository import count_ingested
 from services.profiler_api.ingest import repository
+from services.profiler_api.ingest.parsing import ParsedBatch
 from services.profiler_api.ingest.plan import IngestPlan, org_run_id
 from services.profiler_api.metrics import ServiceMetrics
 from services.profiler_api.priors.repository import announce_pairs
-from tps.schemas import MAX_BATCH_RUNS, IngestedRun, IngestResult, ProbeRunBatch
-
-
-def parse_batch(body: bytes) -> ProbeRunBatch:
-    """Validate a JSON body as a batch; every bad input raises a 4xx naming the field."""
-    try:
-        return ProbeRunBatch.model_validate_json(body)
-    except ValidationError as exc:
-        errors = exc.errors(include_url=False, include_input=False)
-        for error in errors:
-            if error["type"] == "too_long" and tuple(error["loc"]) == ("runs",):
-                got = (error.get("ctx") or {}).get("actual_length", "more")
-                raise PayloadTooLarge(
-                    f"runs: a batch holds at most {MAX_BATCH_RUNS} runs, got {got}"
-                ) from exc
-        raise from_validation_errors(errors) from exc
+from tps.schemas import IngestedRun, IngestResult
 
 
 def store(session: Session, plan: IngestPlan) -> IngestResult:
@@ -75,13 +59,14 @@ def store(session: Session, plan: IngestPlan) -> IngestResult:
     )
 
 
-def ingest(session: Session, body: bytes, *, org_id: int, metrics: ServiceMetrics) -> IngestResult:
-    """Validate `body` and store its runs for organisation `org_id`."""
+def store_parsed(session: Session, parsed: ParsedBatch, *, metrics: ServiceMetrics) -> IngestResult:
+    """Store a batch planned by `ParsePool.plan` and commit it."""
     started = time.perf_counter()
-    batch = parse_batch(body)
-    plan = IngestPlan.from_batch(batch, org_id=org_id)
-    parsed = time.perf_counter()
-    result = store(session, plan)
-    metrics.ingest_phase.labels("parse").observe(parsed - started)
-    metrics.ingest_phase.labels("write").observe(time.perf_counter() - parsed)
+    result = store(session, parsed.plan)
+    # Commit here rather than in the session dependency: concurrent batches wait on this
+    # batch's aggregate rows, and the way back through the event loop takes several GIL
+    # hand-offs.
+    session.commit()
+    metrics.ingest_phase.labels("parse").observe(parsed.parse_s)
+    metrics.ingest_phase.labels("write").observe(time.perf_counter() - started)
     return result
