@@ -1,7 +1,7 @@
 """A GPU model the fleet never compiled on: its first compile, with and without the fleet.
 
 Usage (device): python3 benchmarks/new_gpu_compiled.py --model opt-350m --case decode-b32 \
-    --sm-limit 64 --out F [--whole] [--variants [NAME ...]]
+    --sm-limit 64 --out F [--whole] [--profile] [--variants [NAME ...]]
 
 On one H200, against the embedded service:
 1. the fleet: a process on the whole H200 compiles the case inside `tps_runtime.compiled`
@@ -18,7 +18,8 @@ On one H200, against the embedded service:
    fused, as max-autotune does; `epilogues_likely4`: both, as before `epilogues`) and,
    with `--whole`, TPS without the fleet (inductor's whole search, as host 1 of a fleet).
    The TPS variants' sessions push only after every compile, so none sees another's
-   records.
+   records. With `--profile`, each variant's kernels by device time per forward, and each
+   TPS session's recorded winners.
 Writes one JSON object (both processes' figures, ratios with paired 95% intervals, and each
 compile's longest phases by inductor's own timers).
 """
@@ -115,6 +116,18 @@ def _stats(fleet: Any) -> dict[str, Any]:
     }
 
 
+def _winners(session: Any) -> dict[str, Any]:
+    """Each problem's recorded winner: its id, and its and the default's timings (µs)."""
+    return {
+        entry.problem.canonical()[:160]: [
+            entry.winner.id[:120],
+            None if entry.median_us is None else round(entry.median_us, 2),
+            None if entry.default_us is None else round(entry.default_us, 2),
+        ]
+        for entry in session.runtime.cache.entries()
+    }
+
+
 def fleet_host(args: argparse.Namespace) -> dict[str, Any]:
     """The whole H200, host 1 of the fleet: search, record, push."""
     import torch
@@ -138,6 +151,7 @@ def fleet_host(args: argparse.Namespace) -> dict[str, Any]:
         "pushed_runs": pushed,
         **_stats(fleet),
         "phases": PHASES_OF,
+        **({"winners": _winners(session)} if args.profile else {}),
     }
 
 
@@ -146,7 +160,7 @@ def new_host(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from agents import runtime as tps_runtime
-    from tools.bench.runtime import Clock, _new_process_kernels, cuda_forwards
+    from tools.bench.runtime import Clock, _new_process_kernels, cuda_forwards, kernel_table
 
     fleet_session = tps_runtime.open_session(
         device="cuda", cache=args.workdir / "new-cache.json", service=args.service,
@@ -171,6 +185,8 @@ def new_host(args: argparse.Namespace) -> dict[str, Any]:
     with tps_runtime.compiled(fleet_session) as fleet:
         out["fleet_compile_s"] = round(_first_call(variants["fleet"], "new GPU with the fleet"), 2)
     out["fleet"] = _stats(fleet)
+    if args.profile:
+        out.setdefault("winners", {})["fleet"] = _winners(fleet_session)
     sessions = [fleet_session]
     chosen = args.variants or (VARIANTS if args.variants is not None else ())
     for name, (how, marker) in ((n, VARIANTS[n]) for n in chosen):
@@ -190,6 +206,8 @@ def new_host(args: argparse.Namespace) -> dict[str, Any]:
         with tps_runtime.compiled(session, **how) as other:
             out[f"{name}_compile_s"] = round(_first_call(variants[name], f"new GPU, {name}"), 2)
         out[name] = _stats(other)
+        if args.profile:
+            out.setdefault("winners", {})[name] = _winners(session)
     for session in sessions:  # pushed now: no variant compiled from another's records
         session.close()
     if args.whole:
@@ -206,10 +224,16 @@ def new_host(args: argparse.Namespace) -> dict[str, Any]:
         with tps_runtime.compiled(alone) as whole:
             out["whole_compile_s"] = round(_first_call(variants["whole"], "new GPU alone"), 2)
         out["whole"] = _stats(whole)
+        if args.profile:
+            out.setdefault("winners", {})["whole"] = _winners(alone)
         alone.close()
     clock = Clock("cuda")
     times = clock.side_by_side(variants)
     out["ms"] = {name: round(ms, 4) for name, ms in times.items()}
+    if args.profile:  # device time per forward by kernel: what the host's speed does not move
+        out["kernels"] = {
+            name: kernel_table(run, "cuda", forwards=20) for name, run in variants.items()
+        }
     out["phases"] = PHASES_OF
     out["ratios"] = {}
     for name, numerator, denominator in RATIOS:
@@ -253,6 +277,7 @@ def main() -> None:
     p.add_argument("--case", default="decode-b32")
     p.add_argument("--sm-limit", type=int, default=64)
     p.add_argument("--whole", action="store_true", help="also TPS without the fleet")
+    p.add_argument("--profile", action="store_true", help="each variant's kernels, profiled")
     p.add_argument(
         "--variants", nargs="*", choices=sorted(VARIANTS), metavar="NAME",
         help=f"also TPS with the fleet otherwise: these of {sorted(VARIANTS)} (none named: all)",
@@ -276,9 +301,9 @@ def main() -> None:
     started = time.perf_counter()
     with embedded_service() as (url, token), tempfile.TemporaryDirectory() as tmp:
         args.service, args.token, args.workdir = url, token, Path(tmp)
-        first = _child("fleet", args, [])
+        first = _child("fleet", args, ["--profile"] if args.profile else [])
         print(f"fleet: {json.dumps(first)[:1500]}", file=sys.stderr)  # noqa: T201
-        flags = ["--whole"] if args.whole else []
+        flags = (["--whole"] if args.whole else []) + (["--profile"] if args.profile else [])
         if args.variants is not None:
             flags += ["--variants", *args.variants]
         second = {} if "error" in first else _child("new", args, flags)

@@ -154,7 +154,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         cache=cache,
         on_answer=lambda source, s: metrics.priors_answer.labels(source).observe(s),
     )
-    app.state.parse_pool = ParsePool(settings.ingest_parse_processes)
+    app.state.parse_pool = ParsePool(
+        settings.ingest_parse_processes, nice=settings.ingest_parse_nice
+    )
     app.state.token_cache = TokenCache(ttl_s=settings.token_cache_ttl_s)
     app.state.rate_limiter = RateLimiter(
         rate_per_s=settings.rate_limit_per_s, burst=settings.rate_limit_burst

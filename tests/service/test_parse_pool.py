@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -100,3 +101,14 @@ def test_a_process_that_dies_costs_its_batch_a_503_and_the_next_batch_goes_throu
         _same(_plan(pool, body), before)
     finally:
         pool.close()
+
+
+def test_the_processes_run_at_the_niceness_asked_and_the_api_process_keeps_its_own() -> None:
+    ours = os.nice(0)
+    pool = ParsePool(1, nice=min(19, ours + 5))
+    try:
+        assert pool._started().submit(os.nice, 0).result(30) == min(19, ours + 5)
+        assert pool._started().submit(os.getpid).result(30) != os.getpid()
+    finally:
+        pool.close()
+    assert os.nice(0) == ours

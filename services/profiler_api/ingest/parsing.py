@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import os
 import signal
 import threading
 import time
@@ -64,9 +65,11 @@ def plan_body(chunks: list[bytes], *, encoding: str, limit: int, org_id: int) ->
     return ParsedBatch(plan, len(body), time.perf_counter() - started)
 
 
-def _worker_start() -> None:
+def _worker_start(nice: int) -> None:
     # The API process stops its workers; a terminal's Ctrl-C reaches the whole group.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if nice > os.nice(0):
+        os.nice(nice - os.nice(0))
 
 
 def _ready() -> bool:
@@ -74,15 +77,17 @@ def _ready() -> bool:
 
 
 class ParsePool:
-    """`processes` processes that plan batches; with 0, a worker thread of the API does.
+    """`processes` processes that plan batches, at CPU niceness `nice`; with 0 processes, a
+    worker thread of the API does.
 
     The processes start at the first batch (or `warm`), fork from a server process that
     has this module loaded, and serve every request of the API process. One that dies takes
     its batch with it: the client gets a 503 to retry, and the next batch gets new processes.
     """
 
-    def __init__(self, processes: int) -> None:
+    def __init__(self, processes: int, *, nice: int = 0) -> None:
         self.processes = processes
+        self.nice = nice
         self._executor: ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
 
@@ -98,7 +103,10 @@ class ParsePool:
                 if method == "forkserver":
                     context.set_forkserver_preload([__name__])
                 self._executor = ProcessPoolExecutor(
-                    self.processes, mp_context=context, initializer=_worker_start
+                    self.processes,
+                    mp_context=context,
+                    initializer=_worker_start,
+                    initargs=(self.nice,),
                 )
             return self._executor
 
