@@ -94,7 +94,7 @@ class Settings(BaseSettings):
     )
     # Their CPU niceness: where the cores are busy, the API processes answer priors first.
     ingest_parse_nice: int = Field(
-        default=0, ge=0, le=19, description="CPU niceness of ingest's validating processes"
+        default=10, ge=0, le=19, description="CPU niceness of ingest's validating processes"
     )
     # Ingest allocates many small objects; fewer young-generation collections keep it fast.
     gc_threshold: int = Field(default=50_000, gt=0)
