@@ -80,8 +80,8 @@ class ParsePool:
     """`processes` processes that plan batches, at CPU niceness `nice`; with 0 processes, a
     worker thread of the API does.
 
-    The processes start at the first batch (or `warm`), fork from a server process that
-    has this module loaded, and serve every request of the API process. One that dies takes
+    The processes start at the first batch (or `warm`), as new interpreters, and serve
+    every request of the API process. One that dies takes
     its batch with it: the client gets a 503 to retry, and the next batch gets new processes.
     """
 
@@ -94,14 +94,9 @@ class ParsePool:
     def _started(self) -> ProcessPoolExecutor:
         with self._lock:
             if self._executor is None:
-                method = (
-                    "forkserver"
-                    if "forkserver" in multiprocessing.get_all_start_methods()
-                    else "spawn"
-                )
-                context = multiprocessing.get_context(method)
-                if method == "forkserver":
-                    context.set_forkserver_preload([__name__])
+                # Spawned, not forked: the API process has threads (and a forkserver would
+                # leave its socket's folder behind where a worker is stopped by a signal).
+                context = multiprocessing.get_context("spawn")
                 self._executor = ProcessPoolExecutor(
                     self.processes,
                     mp_context=context,
