@@ -20,6 +20,8 @@ from models.ranking import Ranking, SourceRankings
 
 SOURCES = ("model", "nearest", "consensus")
 LEADS = ("auto", "nearest", "model", "consensus", "auto-consensus")
+# The spec distance at or under which `auto` lets the nearest device lead.
+NEAR_DISTANCE = 2.0
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,7 @@ class BlendPolicy:
     ranking puts every candidate its device never ran last, and the winner is often among them.
     """
 
-    near_distance: float = 2.0
+    near_distance: float = NEAR_DISTANCE
     min_coverage: float = 0.9
     interleave: bool = True
     lead: str = "auto"
@@ -47,7 +49,8 @@ class BlendPolicy:
         """Return the policy's short name (`nearest`, `nearest*4+model`, `auto`, ...)."""
         run = f"*{self.lead_run}" if self.lead_run > 1 else ""
         if self.lead in ("auto", "auto-consensus"):
-            return f"{self.lead}{run}" if self.interleave else f"{self.lead}-alone"
+            lead = self.lead if self.near_distance == NEAR_DISTANCE else "same-spec"
+            return f"{lead}{run}" if self.interleave else f"{lead}-alone"
         lead = "copy-nearest" if self.lead == "nearest" and not self.min_coverage else self.lead
         other = "model" if self.lead == "nearest" else "nearest"
         return f"{lead}{run}+{other}" if self.interleave else lead
@@ -102,6 +105,9 @@ CANDIDATE_POLICIES = (
     # Where no known device is close, the known devices' consensus leads: on the Kernel
     # Tuner dedispersion it served the held-out A100 0.994 at score@1, nearest 0.981.
     BlendPolicy(lead="auto-consensus"),
+    # The same device, measured in another dtype or on other problems, is copied; any other
+    # device leaves the order to the model alone (`same-spec-alone`).
+    BlendPolicy(lead="auto", near_distance=0.0, min_coverage=0.0, interleave=False),
 )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
@@ -62,3 +64,16 @@ def test_a_policy_is_a_ranker_that_interleaves_its_sources() -> None:
     assert served.sources == ("nearest", "model", "nearest", "model")
     alone = BlendPolicy(lead="model", interleave=False).rank(rankings, limit=3)
     assert alone.order.tolist() == [1, 2, 0] and set(alone.sources) == {"model"}
+
+
+def test_the_same_spec_policy_copies_only_the_same_device() -> None:
+    policy = BlendPolicy(lead="auto", near_distance=0.0, min_coverage=0.0, interleave=False)
+    assert policy.name == "same-spec-alone"
+    other_device = _rankings(nearest=True)  # the nearest device is 1.0 away
+    served = policy.rank(other_device)
+    assert served.order.tolist() == [1, 2, 0, 3] and set(served.sources) == {"model"}
+    same_device = replace(other_device, nearest_distance=0.0)
+    copied = policy.rank(same_device)
+    # copied however little of the candidates it measured (coverage 0.75 here)
+    assert copied.order.tolist() == [0, 3, 1, 2] and set(copied.sources) == {"nearest"}
+    assert BlendPolicy(lead="auto", interleave=False).name == "auto-alone"
