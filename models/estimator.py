@@ -345,9 +345,9 @@ class LatencyModel:
         X, references = self._prediction_features(hardware, problem, candidates, ids)
         ranker_score = np.asarray(self.ranker_.predict(X, num_threads=PREDICT_THREADS))
         log_us = np.asarray(self.regressor_.predict(X, num_threads=PREDICT_THREADS))
-        predicted_log_us = log_us
+        predicted_log_us = carried_log_us = log_us
         if anchored and self.latency_ is not None:
-            predicted_log_us = self._anchored_log_us(hardware, problem, X, ids)
+            predicted_log_us, carried_log_us = self._anchored_log_us(hardware, problem, X, ids)
         frame = pd.DataFrame(
             {
                 **keys,
@@ -355,6 +355,7 @@ class LatencyModel:
                 "ranker_score": ranker_score,
                 "predicted_us": np.exp(predicted_log_us),
                 "regressor_us": np.exp(log_us),
+                "carried_us": np.exp(carried_log_us),
                 "score": _percentile(ranker_score) + _percentile(-log_us),
             }
         )
@@ -367,12 +368,14 @@ class LatencyModel:
         candidates: list[Candidate],
         *,
         features: np.ndarray | None = None,
+        correction: float = 1.0,
     ) -> np.ndarray | None:
         """Return the anchored booster's latency (µs) of `candidates`, or None without one.
 
         `features`: their rows of `predict_parts`' matrix for the same hardware and problem,
         when the caller has them (a served answer: a tenth of its time went to building them
-        again).
+        again). `correction`: the share of the booster's correction of the anchor served
+        (models.ranking.CORRECTIONS; 0: the anchor as carried).
         """
         self._check_fitted()
         if self.latency_ is None or not candidates:
@@ -381,12 +384,14 @@ class LatencyModel:
         X = features
         if X is None:
             X, _ = self._prediction_features(hardware, problem, candidates, ids)
-        anchored: np.ndarray = np.exp(self._anchored_log_us(hardware, problem, X, ids))
+        booster, carried = self._anchored_log_us(hardware, problem, X, ids)
+        anchored: np.ndarray = np.exp(carried + correction * (booster - carried))
         return anchored
 
     def _anchored_log_us(
         self, hardware: HardwareSpec, problem: ProblemKey, X: np.ndarray, ids: list[str]
-    ) -> np.ndarray:
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Return the log latency of the anchored booster and that of the anchor alone."""
         assert self.latency_ is not None
         anchors = self.reference_.anchor_columns(
             hardware, problem, ids, exclude=hardware.fingerprint()
@@ -399,8 +404,8 @@ class LatencyModel:
             # booster never learned that correction (the H200's tf32 held out, whose kernels
             # never ran in another dtype: 22% off with it, 14.5% without, per problem)
             correction[anchors["anc_cross_dtype"] == 1] = 0.0
-        log_us: np.ndarray = _anchor_log_us(anchors, level=crossed is not None) + correction
-        return log_us
+        carried = _anchor_log_us(anchors, level=crossed is not None)
+        return carried + correction, carried
 
     def _prediction_features(
         self,

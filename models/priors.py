@@ -18,7 +18,7 @@ import numpy as np
 from models.bundle import ModelBundle
 from models.calibration import calibration_features, flat_share
 from models.policy import DEFAULT_POLICY, BlendPolicy
-from models.ranking import order_by, source_rankings
+from models.ranking import CORRECTIONS, order_by, source_rankings
 from tps.candidate import Candidate
 from tps.hardware import HardwareSpec
 from tps.problem import ProblemKey
@@ -116,10 +116,15 @@ def rank(
             sources = ["family"] * len(sources)  # borrowed from the closest measured shape
             confidence = confidence * 0.5
     predicted = frame["predicted_us"].to_numpy()
-    if (choice.latency if choice is not None else "anchored") == "anchored":
+    latency = choice.latency if choice is not None else "anchored"
+    if latency != "regressor":
         rows = np.asarray(order, dtype=int)
         anchored = model.anchored_us(
-            hardware, problem, [candidates[i] for i in rows], features=features[rows]
+            hardware,
+            problem,
+            [candidates[i] for i in rows],
+            features=features[rows],
+            correction=CORRECTIONS.get(latency, 1.0),
         )
         if anchored is not None:
             predicted = predicted.copy()

@@ -127,7 +127,7 @@ class ChoiceSummary:
     rule: str
     folds: list[Fold]
     calibrated: bool
-    latency: str = "anchored"  # which booster's predicted_us is served (LATENCY_SOURCES)
+    latency: str = "anchored"  # which latency predicted_us serves (models.ranking.LATENCY_SOURCES)
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -30,6 +30,7 @@ from models.ranking import (
     Ranking,
     SourceRankings,
     order_by,
+    served_latency,
     source_rankings,
     with_latency,
 )
@@ -65,7 +66,8 @@ class GroupResult:
     calibration_rows: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     # The served policy's calibrated confidences and outcomes, when a calibration was given.
     confidence: tuple[np.ndarray, np.ndarray] | None = None
-    # The median APE of each booster's latency (LATENCY_SOURCES), what selection compares.
+    # The median APE of each latency a policy may serve (LATENCY_SOURCES), what selection
+    # compares.
     latency_ape: dict[str, float | None] = field(default_factory=dict)
 
 
@@ -123,9 +125,7 @@ def evaluate_group(
     true_us = group["median_us"].to_numpy(dtype=float)
     predicted = model.predict_frame(hardware, problem, candidates)
     latency_ape = {
-        name: median_ape(true_us, predicted[column].to_numpy())
-        for name, column in LATENCY_SOURCES.items()
-        if column in predicted
+        name: median_ape(true_us, served_latency(predicted, name)) for name in LATENCY_SOURCES
     }
     latency = choice.latency if choice is not None else "anchored"
     frame = with_latency(predicted, latency)

@@ -146,8 +146,8 @@ class PolicyChoice:
     rule: str
     calibration: Calibration | None = None
     folds: list[Fold] = field(default_factory=list)
-    # The booster whose latency is served (models.ranking.LATENCY_SOURCES): the one with the
-    # lower median APE over the same inner folds.
+    # The latency served (models.ranking.LATENCY_SOURCES): the one with the lowest median
+    # APE over the same inner folds.
     latency: str = "anchored"
 
     def describe(self) -> ChoiceSummary:
@@ -263,7 +263,7 @@ def choose_policy(
         "policies at least "
         "as good as copying the nearest device at score@1 and score@5 on every fold, the best "
         "mean score@1 + score@5, the first listed on a tie; predicted_us from the "
-        f"{latency} booster, the lower mean median APE over the same folds"
+        f"{latency} latency, the lowest mean median APE over the same folds"
     )
     return PolicyChoice(
         policy=chosen, rule=rule, calibration=calibration, folds=folds, latency=latency
@@ -271,8 +271,8 @@ def choose_policy(
 
 
 def choose_latency(per_fold: list[list[GroupResult]]) -> str:
-    """Return the booster (LATENCY_SOURCES) whose latency has the lower median APE, as the
-    mean over folds of each fold's mean; the anchored one on a tie or without figures."""
+    """Return the latency (LATENCY_SOURCES) with the lowest median APE, as the mean over
+    folds of each fold's mean; the anchored booster's on a tie or without figures."""
     means: dict[str, float] = {}
     for name in LATENCY_SOURCES:
         per = [
@@ -282,9 +282,11 @@ def choose_latency(per_fold: list[list[GroupResult]]) -> str:
         ]
         if len(per) == len(per_fold) and per:
             means[name] = float(np.mean(per))
-    if "regressor" in means and means["regressor"] < means.get("anchored", np.inf) - TIE:
-        return "regressor"
-    return "anchored"
+    best = "anchored"
+    for name in LATENCY_SOURCES:
+        if name in means and means[name] < means.get(best, np.inf) - TIE:
+            best = name
+    return best
 
 
 def _probe_share(result: GroupResult, scores: RankingScores) -> float:

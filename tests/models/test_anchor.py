@@ -241,6 +241,9 @@ def test_the_served_latency_is_the_booster_with_the_lower_error_over_the_folds()
     # a fold without the plain figure, or no folds at all: the anchored booster
     assert choose_latency([*better_plain, _results({"anchored": 0.9})]) == "anchored"
     assert choose_latency([]) == "anchored"
+    # the anchor alone, uncorrected, where the booster's correction does harm on the folds
+    shrunk = [_results({"anchored": 0.8, "regressor": 0.6, "anchored*0.5": 0.3, "carried": 0.4})]
+    assert choose_latency(shrunk * 2) == "anchored*0.5"
 
 
 def test_a_bundle_serves_the_latency_of_its_chosen_booster(convolution_data: TuningData) -> None:
@@ -254,13 +257,28 @@ def test_a_bundle_serves_the_latency_of_its_chosen_booster(convolution_data: Tun
     )
     choice = bundle.policy_for("convolution")
     assert choice is not None
-    for latency, column in (("anchored", "predicted_us"), ("regressor", "regressor_us")):
+    for latency, column in (
+        ("anchored", "predicted_us"),
+        ("regressor", "regressor_us"),
+        ("carried", "carried_us"),
+    ):
         choice.latency = latency
         served = ModelBundle.from_bytes(bundle.to_bytes())
         answer = rank(served, hardware, problem, limit=5)
         expected = [frame.loc[r.candidate.id, column] for r in answer]
         assert [r.predicted_us for r in answer] == pytest.approx(expected)
     assert not np.allclose(frame["predicted_us"], frame["regressor_us"])
+    assert not np.allclose(frame["predicted_us"], frame["carried_us"])
+    # half the booster's correction: the geometric mean of the anchor and the booster
+    choice.latency = "anchored*0.5"
+    answer = rank(ModelBundle.from_bytes(bundle.to_bytes()), hardware, problem, limit=5)
+    expected = [
+        math.sqrt(
+            frame.loc[r.candidate.id, "predicted_us"] * frame.loc[r.candidate.id, "carried_us"]
+        )
+        for r in answer
+    ]
+    assert [r.predicted_us for r in answer] == pytest.approx(expected)
 
 
 def test_the_closest_problems_are_those_of_problem_distance() -> None:

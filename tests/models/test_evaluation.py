@@ -66,7 +66,7 @@ def test_holdout_report_writes_the_documented_json(convolution_data: TuningData)
         assert doc[source]["score_at_1"] == getattr(report, source).score_at_1
     assert list(doc["policy"])[-3:] == ["name", "near_distance", "lead_sources"]
     assert list(doc["policy_choice"]) == ["name", "rule", "folds", "calibrated", "latency"]
-    assert doc["policy_choice"]["latency"] in ("anchored", "regressor")
+    assert doc["policy_choice"]["latency"] in ("anchored", "regressor", "carried")
     fold = doc["policy_choice"]["folds"][0]
     assert list(fold)[:2] == ["holdout", "baseline_nearest"]
     assert list(fold[report.policy.name]) == ["score_at_1", "score_at_5", "probes_share"]
