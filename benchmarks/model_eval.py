@@ -103,14 +103,15 @@ def summary_table(summary: list[dict]) -> str:
 def policy_table(reports: list[dict]) -> str:
     """Per holdout: the policy chosen on the training hardware, its figures, and calibration."""
     lines = [
-        "| op | held out | chosen policy | served s@1 / s@5 | nearest s@1 / s@5 "
+        "| op | held out | chosen policy (latency) | served s@1 / s@5 | nearest s@1 / s@5 "
         "| served probes (share) | within 3% in 5% of space | Brier (base rate) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in reports:
         p, n, c = r["policy"], r["baseline_nearest"], r["calibration"]
         lines.append(
-            f"| {r['op']} | {r['holdout']} | {p['name']} | {fmt(p['score_at_1'])} / "
+            f"| {r['op']} | {r['holdout']} | {p['name']} "
+            f"({r['policy_choice'].get('latency', 'anchored')}) | {fmt(p['score_at_1'])} / "
             f"{fmt(p['score_at_5'])} | {fmt(n.get('score_at_1'))} / {fmt(n.get('score_at_5'))} "
             f"| {fmt(p['probes_to_3pct'])} ({fmt(p['probes_to_3pct_share'])}) "
             f"| {fmt(p['within_3pct_in_5pct_of_space'])} "

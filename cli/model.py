@@ -249,11 +249,16 @@ def _print_reports(reports: list[dict[str, Any]]) -> None:
                     return "-"
                 return f"{value:.3f}" if isinstance(value, float) else str(value)
 
+            label = source
+            if source == "policy" and "policy_choice" in report:
+                # what was served: the policy chosen on the training hardware and its latency
+                choice = report["policy_choice"]
+                label = f"policy: {choice['name']}, {choice.get('latency', 'anchored')} latency"
             table.add_row(
                 report["op"],
                 str(report["holdout"]),
                 str(report["n_candidates"]),
-                source,
+                label,
                 fmt("score_at_1"),
                 fmt("score_at_5"),
                 fmt("regret_at_1"),

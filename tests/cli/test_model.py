@@ -56,6 +56,16 @@ def test_evaluate_prints_json_for_a_holdout(runs_file: Path) -> None:
     assert report["policy"]["name"] == report["policy_choice"]["name"]
 
 
+def test_evaluate_names_the_served_policy_and_latency_in_its_table(runs_file: Path) -> None:
+    args = ["evaluate", "--data", str(runs_file), "--holdout", "A4000"]
+    result = runner.invoke(
+        app, [*args, "--n-estimators", "20", "--threads", "1"], env={"COLUMNS": "300"}
+    )
+    assert result.exit_code == 0, result.output
+    served = [line for line in result.output.splitlines() if "policy: " in line]
+    assert len(served) == 1 and " latency" in served[0], result.output
+
+
 def test_evaluate_refuses_an_unknown_holdout(runs_file: Path) -> None:
     result = runner.invoke(app, ["evaluate", "--data", str(runs_file), "--holdout", "T4"])
     assert result.exit_code != 0
