@@ -12,7 +12,8 @@ On one H200, against the embedded service:
    (each product searched among the most similar hardware's fastest configurations, the
    service's `compiled` source; each kernel timed among that hardware's fastest launch
    configurations), plus with `--variants` TPS with the fleet otherwise (`coordesc`: each
-   kernel tuned by coordinate descent, as before `kernel_likely`; `finalists`: each
+   kernel tuned by coordinate descent, as before `kernel_likely`; `descend`: coordinate
+   descent from the fastest of `kernel_likely`'s configurations; `finalists`: each
    search's finalists timed again, as before `likely_finalists`; `likely4`: each product
    searched among the 4 fastest; `epilogues`: each search timed again with its epilogues
    fused, as max-autotune does; `epilogues_likely4`: both, as before `epilogues`) and,
@@ -43,6 +44,9 @@ RATIOS = (
     ("coordesc_vs_max_autotune", "max_autotune", "coordesc"),
     ("finalists_vs_max_autotune", "max_autotune", "finalists"),
     ("fleet_vs_coordesc", "coordesc", "fleet"),
+    ("descend_vs_max_autotune", "max_autotune", "descend"),
+    ("descend_vs_coordesc", "coordesc", "descend"),
+    ("fleet_vs_descend", "descend", "fleet"),
     ("fleet_vs_finalists", "finalists", "fleet"),
     ("likely4_vs_max_autotune", "max_autotune", "likely4"),
     ("fleet_vs_likely4", "likely4", "fleet"),
@@ -58,6 +62,7 @@ RATIOS = (
 # is unchanged)
 VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "coordesc": ({"kernel_likely": 0}, {"trace.enabled": False}),
+    "descend": ({"kernel_descend": True}, {"trace.debug_log": False}),
     "finalists": ({"likely_finalists": 8}, {"trace.graph_diagram": False}),
     "likely4": ({"likely": 4}, {"trace.compile_profile": False}),
     "epilogues": ({"epilogues": True}, {"benchmark_epilogue_fusion": True}),

@@ -87,6 +87,9 @@ LIKELY = 2
 # A kernel this GPU model has not tuned yet, which the most similar hardware has: its
 # KERNEL_LIKELY fastest launch configurations and inductor's own are timed, and no other.
 KERNEL_LIKELY = 4
+# Whether inductor's coordinate descent then tunes the fastest of those further, starting
+# from it (a new GPU model's first host pays the descent, from a better start).
+KERNEL_DESCEND = False
 # A search's finalists, timed again before its winner is recorded for the fleet: every
 # configuration within FINALIST_SPREAD of the fastest, at most FINALISTS of them, each in
 # FINALIST_ROUNDS rounds whose order turns, by its kernels' device time.
@@ -286,7 +289,8 @@ class InductorFleet:
     `likely_finalists` (0: its one timing decides). `kernel_likely` is the same
     for a pointwise or reduction kernel: inductor's own launch configuration and that
     hardware's `kernel_likely` fastest are timed, in place of coordinate descent (0: always
-    coordinate descent).
+    coordinate descent); with `kernel_descend`, coordinate descent then starts from the
+    fastest of them.
     """
 
     def __init__(
@@ -298,6 +302,7 @@ class InductorFleet:
         rounds: int = FINALIST_ROUNDS,
         likely: int = LIKELY,
         kernel_likely: int = KERNEL_LIKELY,
+        kernel_descend: bool = KERNEL_DESCEND,
         likely_finalists: int = LIKELY_FINALISTS,
     ) -> None:
         if shortlist < 1:
@@ -320,6 +325,7 @@ class InductorFleet:
         self.rounds = rounds
         self.likely = likely
         self.kernel_likely = kernel_likely
+        self.kernel_descend = kernel_descend
         self.stats = CompiledStats()
         self._asked: set[str] = set()
         self._recorded: set[str] = set()
@@ -540,6 +546,8 @@ class InductorFleet:
         winner = self.search_kernel(problem, autotuner, launcher, *args, **kwargs)
         if winner is None:
             winner = tune(autotuner, launcher, *args, **kwargs)
+        elif self.kernel_descend:  # the descent starts from the fastest likely configuration
+            winner = tune(autotuner, winner, *args, **kwargs)
         self.stats.kernel_tune_s += time.perf_counter() - start
         self.record_kernel(problem, autotuner, winner)
         return winner
@@ -932,6 +940,7 @@ def compiled(
     finalists: int = FINALISTS,
     likely: int = LIKELY,
     kernel_likely: int = KERNEL_LIKELY,
+    kernel_descend: bool = KERNEL_DESCEND,
     likely_finalists: int = LIKELY_FINALISTS,
     epilogues: bool = EPILOGUES,
     **options: Any,
@@ -954,8 +963,9 @@ def compiled(
     is searched among that hardware's `likely` fastest configurations only (0: inductor's
     whole search), and that search's one timing decides (`likely_finalists` 0); a kernel it
     tuned, among its `kernel_likely` fastest launch configurations and inductor's own (0:
-    coordinate descent). `epilogues` has a search with several configurations time each
-    one again with its neighbours fused (inductor's `benchmark_epilogue_fusion`, on under
+    coordinate descent; `kernel_descend`: coordinate descent from the fastest of them).
+    `epilogues` has a search with several configurations time each one again with its
+    neighbours fused (inductor's `benchmark_epilogue_fusion`, on under
     max-autotune); off, inductor fuses them by its rules, as it does the one configuration
     of a product the fleet knows.
     """
@@ -974,6 +984,7 @@ def compiled(
         finalists=finalists if gpu else 0,
         likely=likely,
         kernel_likely=kernel_likely,
+        kernel_descend=kernel_descend,
         likely_finalists=likely_finalists if gpu else 0,
     )
     handler = _choices_class()(fleet)

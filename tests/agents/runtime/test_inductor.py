@@ -1005,6 +1005,29 @@ def test_a_kernel_is_timed_among_the_nearest_hardwares_fastest_and_recorded(make
 
 
 @pytest.mark.usefixtures("without_triton")
+def test_kernel_descend_starts_coordinate_descent_from_the_fastest_likely_configuration(
+    make_runtime,
+):
+    runs = []
+    rt = make_runtime()
+    rt.on_probe = runs.append
+    fleet = InductorFleet(RuntimeSession(runtime=rt), kernel_likely=2, kernel_descend=True)
+    learn_nearest_kernel(fleet, make_runtime)
+    kernel = Autotuner()
+    kernel.speeds = {(64, 4): 0.025, (256, 8): 0.019, (128, 8): 0.012}
+    calls: list[Any] = []
+    launched = fleet.tune_kernel(tuning(kernel, (256, 8), calls), kernel, OWN)
+    assert kernel.benched == [(64, 4), (256, 8), (128, 8)]  # the likely ones, timed first
+    (start,) = calls  # one descent, from 128/8 (the fastest here), not from inductor's own
+    assert start.config.kwargs["R0_BLOCK"] == 128 and start.config.num_warps == 8
+    assert launched.config.kwargs["R0_BLOCK"] == 256  # what the descent chose
+    (run,) = runs
+    winner = next(m for m in run.measurements if m.candidate.id == run.winner_id)
+    assert winner.candidate.params["R0_BLOCK"] == 256
+    assert fleet.stats.kernels_likely == 1 and fleet.stats.kernels_tuned == 1
+
+
+@pytest.mark.usefixtures("without_triton")
 def test_inductors_own_kernel_configuration_wins_where_it_is_fastest_here(make_runtime):
     fleet = InductorFleet(RuntimeSession(runtime=make_runtime()))
     learn_nearest_kernel(fleet, make_runtime)
