@@ -10,8 +10,8 @@ from typing import TypeVar
 
 import psycopg
 from psycopg import sql
-from sqlalchemy import Engine, create_engine
-from sqlalchemy.engine import make_url
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 from tenacity import Retrying, retry_if_exception, stop_after_attempt
@@ -21,6 +21,9 @@ from tps.errors import TPSError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# Server errors that end a connection besides the connection exceptions (class 08): the
+# backend terminated by an administrator, by a crash, or refused while the server starts.
+LOST_STATES = frozenset({"57P01", "57P02", "57P03"})
 
 
 def sqlalchemy_url(url: str) -> str:
@@ -54,7 +57,7 @@ def make_engine(url: str, settings: Settings, *, reads: bool = False) -> Engine:
     replica's failover) fails its statement and invalidates the pool instead, and the read
     is asked once more. A priors miss then makes one round trip, not four.
     """
-    return create_engine(
+    engine = create_engine(
         sqlalchemy_url(url),
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_max_overflow,
@@ -62,6 +65,24 @@ def make_engine(url: str, settings: Settings, *, reads: bool = False) -> Engine:
         pool_pre_ping=not reads,
         **({"isolation_level": "AUTOCOMMIT"} if reads else {}),
     )
+    event.listen(engine, "handle_error", _connection_lost)
+    return engine
+
+
+def _connection_lost(context: ExceptionContext) -> None:
+    """Count a connection that psycopg lost as a disconnect, even before libpq says so.
+
+    A backend terminated while a statement waited on its socket fails the statement with
+    "connection socket closed" while libpq still reports the connection good. SQLAlchemy's
+    own check (libpq's status) then keeps the connection, its rollback fails too ("another
+    command is already in progress"), and the read is not asked again on a new one.
+    """
+    lost = context.original_exception
+    if context.is_disconnect or not isinstance(lost, psycopg.OperationalError):
+        return
+    state = lost.sqlstate
+    if state is None or state.startswith("08") or state in LOST_STATES:
+        context.is_disconnect = True
 
 
 def _dropped(exc: BaseException) -> bool:

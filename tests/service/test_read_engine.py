@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import httpx
 import psycopg
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, event, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
@@ -72,6 +72,35 @@ def test_a_read_whose_connection_dropped_is_read_again_on_a_new_one(
     with pytest.raises(OperationalError) as raised, sessions() as session:
         _pid(session)
     assert raised.value.connection_invalidated
+
+
+def test_a_socket_closed_before_libpq_knew_is_a_dropped_connection(read_engine: Engine) -> None:
+    """A backend terminated while the statement waited on its socket: psycopg says
+    "connection socket closed" while libpq still reports the connection good."""
+    sessions = make_session_factory(read_engine)
+    first = read_with_retry(sessions, _pid)
+    lost = []
+
+    def socket_closed(cursor: object, statement: str, *_: object) -> None:
+        if not lost:
+            lost.append(statement)
+            raise psycopg.OperationalError("connection socket closed")
+
+    event.listen(read_engine, "before_cursor_execute", socket_closed)
+    try:
+        with pytest.raises(OperationalError) as raised, sessions() as session:
+            _pid(session)
+        assert raised.value.connection_invalidated
+        lost.clear()
+        again = read_with_retry(sessions, _pid)  # the read is asked again, on a new connection
+    finally:
+        event.remove(read_engine, "before_cursor_execute", socket_closed)
+    assert lost and again != first
+    # an operational error that the server answered on a good connection keeps it
+    with pytest.raises(OperationalError) as raised, sessions() as session:
+        session.execute(text("DO $$ BEGIN RAISE EXCEPTION USING ERRCODE = '53300'; END $$"))
+    assert not raised.value.connection_invalidated
+    assert read_with_retry(sessions, _pid) == again
 
 
 def test_a_read_that_fails_otherwise_is_not_read_again(read_engine: Engine) -> None:
