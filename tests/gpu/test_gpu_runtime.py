@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 
@@ -500,9 +501,11 @@ def test_a_new_gpu_model_searches_only_the_nearest_hardwares_fastest(tmp_path):
     first.close(), second.close()
 
 
-def test_a_new_gpu_model_times_the_nearest_hardwares_fastest_kernel_configurations(tmp_path):
-    """A GPU model new to a decode step's kernels times the most similar hardware's fastest
-    launch configurations of each, and inductor's own, in place of coordinate descent."""
+def new_gpu_kernels(tmp_path: Any, **options: Any) -> tuple[Any, ...]:
+    """Host 1 tunes a decode step's kernels; a GPU model new to them (66 SMs) compiles the
+    step inside `compiled(**options)` with host 1's tunings as the service gives them
+    (nearest). Return its fleet, the kernel runs it recorded, host 1's, and the step's
+    output against the reference."""
     import torch._inductor.config as inductor_config
 
     from agents.runtime import compiled
@@ -514,48 +517,36 @@ def test_a_new_gpu_model_times_the_nearest_hardwares_fastest_kernel_configuratio
     second.runtime.on_probe = own.append
     with inductor_config.patch(force_disable_caches=True), torch.no_grad():
         f2 = torch.compile(step, dynamic=False)
-        with compiled(second, kernel_likely=2) as fleet2:
-            for run in kernel_runs:  # host 1's tunings, as the service gives them (nearest)
+        with compiled(second, **options) as fleet2:
+            for run in kernel_runs:
                 fleet2.learn(run, nearest=True)
             y2 = f2(x)
-    assert fleet2.stats.kernels_likely >= 1 and fleet2.stats.kernel_hits == 0
-    assert fleet2.stats.kernels_likely == fleet2.stats.kernels_tuned
-    nearest = {r.problem.key_hash(): {m.candidate.id for m in r.measurements} for r in kernel_runs}
+    first.close(), second.close()
+    torch.testing.assert_close(y2, reference, atol=3e-2, rtol=3e-2)
     own = [r for r in own if r.problem.op == "inductor_kernel"]
     assert own and all(r.hardware.unit_limit == 66 for r in own)
+    nearest = {r.problem.key_hash(): {m.candidate.id for m in r.measurements} for r in kernel_runs}
+    return fleet2, own, nearest
+
+
+def test_a_new_gpu_model_times_the_nearest_hardwares_fastest_kernel_configurations(tmp_path):
+    """A GPU model new to a decode step's kernels times the most similar hardware's fastest
+    launch configurations of each, and inductor's own, in place of coordinate descent."""
+    fleet2, own, nearest = new_gpu_kernels(tmp_path, kernel_likely=2)
+    assert fleet2.stats.kernels_likely >= 1 and fleet2.stats.kernel_hits == 0
+    assert fleet2.stats.kernels_likely == fleet2.stats.kernels_tuned
     for run in own:  # inductor's own configuration and the nearest's two fastest, at most
         assert 2 <= len(run.measurements) <= 3
         assert {m.candidate.id for m in run.measurements} <= nearest[run.problem.key_hash()]
-    torch.testing.assert_close(y2, reference, atol=3e-2, rtol=3e-2)
-    first.close(), second.close()
 
 
 def test_kernel_descend_tunes_further_from_the_nearest_hardwares_fastest(tmp_path):
     """With `kernel_descend`, inductor's coordinate descent starts from the fastest of the
     most similar hardware's configurations: what it records holds those it timed first, and
     its winner is no slower than the fastest of them."""
-    import torch._inductor.config as inductor_config
-
-    from agents.runtime import compiled
-
-    step, x, reference = decode_step()
-    first, _, kernel_runs = tuned_kernels(tmp_path, step, x)
-    second, own = fleet_host(tmp_path, "host2"), []
-    second.runtime.hardware = second.runtime.hardware.model_copy(update={"unit_limit": 66})
-    second.runtime.on_probe = own.append
-    with inductor_config.patch(force_disable_caches=True), torch.no_grad():
-        f2 = torch.compile(step, dynamic=False)
-        with compiled(second, kernel_likely=2, kernel_descend=True) as fleet2:
-            for run in kernel_runs:  # host 1's tunings, as the service gives them (nearest)
-                fleet2.learn(run, nearest=True)
-            y2 = f2(x)
+    fleet2, own, nearest = new_gpu_kernels(tmp_path, kernel_likely=2, kernel_descend=True)
     assert fleet2.stats.kernels_likely >= 1 and fleet2.stats.kernel_hits == 0
-    nearest = {r.problem.key_hash(): {m.candidate.id for m in r.measurements} for r in kernel_runs}
-    own = [r for r in own if r.problem.op == "inductor_kernel"]
-    assert own and all(r.hardware.unit_limit == 66 for r in own)
     for run in own:
         timed = {m.candidate.id: m.median_us for m in run.measurements}
         likely = [us for cid, us in timed.items() if cid in nearest[run.problem.key_hash()]]
         assert likely and timed[run.winner_id] <= min(likely)
-    torch.testing.assert_close(y2, reference, atol=3e-2, rtol=3e-2)
-    first.close(), second.close()
