@@ -250,7 +250,7 @@ class Runtime:
         # Layers given their own forward back, with the routing forward to restore.
         self.settled: list[tuple[weakref.ref[Any], Callable[..., Any]]] = []
         # torch's functions: calls the default kept in a row, and the count that settles them
-        # (-1: never); whether they are torch's own again (`patching.settle_functions`).
+        # (-1: never); whether some are torch's own again (`patching.settle_functions`).
         self.quiet_calls = 0
         self.settle_at = self.settle_after if self.settle_after > 0 else -1
         self.functions_settled = False
@@ -342,13 +342,16 @@ class Runtime:
             self.settled.append((weakref.ref(layer), forward))
         return True
 
-    def functions_quiet(self) -> bool:
-        """Whether no product routed through torch's functions runs a winner."""
-        return all(
-            route.runner is None
+    def functions_with_winners(self) -> frozenset[str] | None:
+        """The names under which torch's functions route a product that runs a winner
+        (`patching.ROUTED_AS`); None where a backward product runs one, whose function is
+        not known."""
+        names = frozenset(
+            sig[0]
             for sig, route in self.routes.items()
-            if sig[0] not in LAYER_SIGNATURES
+            if route.runner is not None and sig[0] not in LAYER_SIGNATURES
         )
+        return None if "product" in names else names
 
     def unsettle(self) -> None:
         """Route the settled layers and functions again (their next call decides anew)."""

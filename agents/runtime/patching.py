@@ -8,12 +8,13 @@ argument, scaled addmm, tensor subclasses), the original function runs untouched
 
 Once the block's products have all kept the default for `settle_after` calls in a row,
 with no new one, torch gets its own functions back for the rest of the block: a call then
-costs nothing, as a settled layer does (`settle_functions`).
+costs nothing, as a settled layer does (`settle_functions`). A function with a winner among
+its products keeps routing; the others settle beside it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -49,8 +50,8 @@ class _State:
 
     active: Runtime | None = None
     stack: list[Runtime | None] = []
-    # Whether torch's functions are the routing versions now.
-    patched: bool = False
+    # Which of torch's functions are the routing versions now (keys of ROUTING).
+    routed: set[tuple[Any, str]] = set()
 
 
 STATE = _State()
@@ -430,17 +431,31 @@ ROUTING: dict[tuple[Any, str], Callable[..., Any]] = {
     (torch, "bmm"): bmm,
     (torch.Tensor, "__matmul__"): tensor_matmul,
 }
+# The name of the signatures under which each function routes its products (`Runtime.routes`).
+ROUTED_AS: dict[tuple[Any, str], str] = {
+    (F, "linear"): "linear",
+    (torch, "mm"): "mm",
+    (torch, "matmul"): "matmul",
+    (torch, "addmm"): "addmm",
+    (torch, "bmm"): "bmm",
+    (torch.Tensor, "__matmul__"): "matmul",
+}
 
 
-def _patch(routing: bool) -> None:
-    for (owner, name), fn in ROUTING.items():
-        setattr(owner, name, fn if routing else ORIGINAL[name])
-    STATE.patched = routing
+def _patch(routing: bool, keys: Iterable[tuple[Any, str]] | None = None) -> None:
+    """Install the routing versions of `keys` (all: None), or give torch its own back."""
+    for key in list(ROUTING if keys is None else keys):
+        owner, name = key
+        setattr(owner, name, ROUTING[key] if routing else ORIGINAL[name])
+        if routing:
+            STATE.routed.add(key)
+        else:
+            STATE.routed.discard(key)
 
 
 def activate(runtime: Runtime | None) -> None:
     """Make `runtime` the one that routes calls, swapping torch's functions in."""
-    if not STATE.patched:
+    if len(STATE.routed) < len(ROUTING):
         _patch(True)
     STATE.stack.append(STATE.active)
     STATE.active = runtime
@@ -449,33 +464,37 @@ def activate(runtime: Runtime | None) -> None:
 def deactivate() -> None:
     """Restore the runtime active before; the last one out restores torch's functions."""
     STATE.active = STATE.stack.pop()
-    if not STATE.stack and STATE.patched:
+    if not STATE.stack and STATE.routed:
         _patch(False)
 
 
 def settle_functions(rt: Runtime) -> bool:
-    """Give torch its own functions back for the rest of `rt`'s block, if nothing they route
-    runs a winner; return whether it did.
+    """Give torch back its own functions whose products run no winner, for the rest of
+    `rt`'s block; return whether any was given back.
 
-    Only the one open block's runtime settles (a nested block routes again). The settled
-    block sees no new products: `unsettle_functions` (a warm start, a version change)
+    Only the one open block's runtime settles (a nested block routes again). A settled
+    function sees no new products: `unsettle_functions` (a warm start, a version change)
     routes them again.
     """
     rt.quiet_calls = 0
-    if STATE.active is not rt or len(STATE.stack) != 1 or not STATE.patched:
+    if STATE.active is not rt or len(STATE.stack) != 1 or not STATE.routed:
         return False
-    if not rt.functions_quiet():
+    winners = rt.functions_with_winners()
+    if winners is None:
         return False
-    _patch(False)
+    quiet = [key for key in STATE.routed if ROUTED_AS[key] not in winners]
+    if not quiet:
+        return False
+    _patch(False, quiet)
     rt.functions_settled = True
     return True
 
 
 def unsettle_functions(rt: Runtime) -> None:
-    """Route torch's functions through `rt` again, if its block is open and they settled."""
+    """Route torch's functions through `rt` again, if its block is open and some settled."""
     if rt.functions_settled:
         rt.functions_settled = False
-        if STATE.active is rt and STATE.stack and not STATE.patched:
+        if STATE.active is rt and STATE.stack:
             _patch(True)
 
 

@@ -605,6 +605,31 @@ def test_functions_settle_once_every_product_keeps_the_default(make_runtime):
     assert torch.mm is not routed
 
 
+def test_functions_without_a_winner_settle_beside_one_with_a_winner(make_runtime, cpu_hardware):
+    a, b = torch.randn(8, 16), torch.randn(16, 4)
+    rt = make_runtime(
+        entries=[entry_for(gemm_problem(a, b, tf32=False), cpu_hardware, scaled(scale=1.0))],
+        admission=SETTLE_3,
+    )
+    x, w = torch.randn(5, 16), torch.randn(4, 16)
+    with tuned(RuntimeSession(runtime=rt)):
+        mm, linear, matmul = torch.mm, F.linear, torch.matmul
+        torch.mm(a, b)  # the winner
+        for _ in range(3):
+            F.linear(x, w)  # kept by the default, three calls in a row
+        assert rt.functions_settled
+        assert torch.mm is mm  # its product runs a winner: it keeps routing
+        assert F.linear is not linear and torch.matmul is not matmul  # torch's own again
+        (kept,) = [r for r in rt.decisions() if r.runner is None]
+        (won,) = [r for r in rt.decisions() if r.runner is not None]
+        calls = kept.calls, won.calls
+        F.linear(x, w), torch.mm(a, b)
+        assert (kept.calls, won.calls) == (calls[0], calls[1] + 1)  # F.linear ran as torch's
+        rt.forget()  # a warm start or a version change routes every function again
+        assert F.linear is linear and torch.matmul is matmul and torch.mm is mm
+    assert torch.mm is not mm and F.linear is not linear
+
+
 def test_functions_with_a_winner_or_in_record_mode_keep_routing(
     make_runtime, cpu_hardware, tmp_path
 ):
@@ -619,7 +644,7 @@ def test_functions_with_a_winner_or_in_record_mode_keep_routing(
         torch.mm(a, b)
         for _ in range(6):
             torch.mm(c, b)  # a product the default keeps, beside one with a winner
-        assert torch.mm is routed and not winner.functions_settled
+        assert torch.mm is routed
     recorder = make_runtime(mode=Mode.RECORD, admission=SETTLE_3)
     with tuned(RuntimeSession(runtime=recorder, record=tmp_path / "r.csv")):
         for _ in range(6):
