@@ -34,3 +34,13 @@ What the service calls (none of it imports the service):
   `bundle.candidate_universe(op)` lists the candidates known per op;
   `models.priors.family_winners(...)` the shape family's.
 """
+
+import os
+
+# LightGBM and scikit-learn run OpenMP teams whose idle threads spin, by OpenMP's default,
+# waiting for the next parallel region. Where the cores are shared (a training job beside the
+# service's requests, a host running other work), a team then waits for its descheduled
+# members at every barrier: a training of 13 s took over 190 s beside two busy processes on
+# two cores (BENCHMARKS.md, "Training beside other work"). Unless the user chose a policy, idle
+# threads sleep. Set here, before the first import of either library starts OpenMP.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
