@@ -1,3 +1,7 @@
+import threading
+import time
+
+import lightgbm as lgb
 import numpy as np
 import pytest
 
@@ -21,6 +25,42 @@ def test_fit_is_deterministic_given_a_seed(convolution_data: TuningData) -> None
     assert not np.array_equal(score_a, score_c)
     assert len(score_a) == convolution_data.frame["candidate_id"].nunique()
     assert np.all(np.isfinite(us_a)) and np.all(us_a > 0)
+
+
+def test_boosters_train_side_by_side_one_thread_each(
+    convolution_data: TuningData, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With two threads the three boosters train two at a time, one OpenMP thread each (no
+    team to wake at every round), and the model is the one a single thread trains."""
+    spans: list[tuple[float, float, int, str]] = []
+    train = lgb.train
+
+    def timed(params: dict, *args: object, **kwargs: object) -> lgb.Booster:
+        started = time.perf_counter()
+        booster = train(params, *args, **kwargs)
+        thread = threading.current_thread().name
+        spans.append((started, time.perf_counter(), params["num_threads"], thread))
+        return booster
+
+    monkeypatch.setattr(lgb, "train", timed)
+    params = {**FAST_MODEL, "n_estimators": 60}
+    two = LatencyModel(op="convolution", seed=3, **{**params, "n_jobs": 2}).fit(convolution_data)
+    assert len(spans) == 3 and {s[2] for s in spans} == {1}
+    assert len({s[3] for s in spans}) == 2  # two threads of the pool
+    first, second = sorted(spans)[:2]
+    assert second[0] < first[1]  # the first two overlap
+    spans.clear()
+    six = LatencyModel(op="convolution", seed=3, **{**params, "n_jobs": 6}).fit(convolution_data)
+    assert [s[2] for s in spans] == [2, 2, 2]  # three at once, two threads each
+    spans.clear()
+    one = LatencyModel(op="convolution", seed=3, **{**params, "n_jobs": 1}).fit(convolution_data)
+    assert [s[2] for s in spans] == [1, 1, 1]
+    assert len({s[3] for s in spans}) == 1  # in the caller's thread, in turn
+    hardware, problem = resolve("W7900"), next(iter(convolution_data.problems.values()))
+    _, score_two, us_two = two.predict(hardware, problem)
+    _, score_one, us_one = one.predict(hardware, problem)
+    assert np.array_equal(score_two, score_one) and np.array_equal(us_two, us_one)
+    assert six.ranker_.num_trees() == 60
 
 
 def test_estimator_follows_sklearn_conventions(convolution_data: TuningData) -> None:
