@@ -173,27 +173,17 @@ class CandidateStats(Base):
     Latency sums are over log(median) of valid measurements, so exp(sum / valid_measurements) is the
     geometric mean of the valid medians: robust to one slow run, and additive at ingest.
     Like measurements, no foreign keys (ingest writes the parents first); fillfactor 70
-    (set in the migration) leaves room for HOT updates.
+    (set in the migration) leaves room for HOT updates, and no index holds a column that
+    ingest updates (migration 0007).
     """
 
     __tablename__ = "candidate_stats"
     __table_args__ = (
-        # Priors' order: the top `limit` of a (hardware, problem) come off this index.
-        Index(
-            "ix_candidate_stats_rank",
-            "hardware_id",
-            "problem_id",
-            text("(sum_log_median / valid_measurements)"),
-            "candidate_id",
-            postgresql_where=text("valid_measurements > 0"),
-        ),
-        # The hardware that measured a problem (the `compiled` source of priors).
-        Index(
-            "ix_candidate_stats_problem",
-            "problem_id",
-            "hardware_id",
-            postgresql_where=text("valid_measurements > 0"),
-        ),
+        # The hardware that measured a problem (the `compiled` source of priors). Every row,
+        # and only columns that never change: an ingest's update of the sums then touches no
+        # index (a HOT update); a partial index's predicate would count as a changed column.
+        # Priors read a pair's top off the primary key's (hardware_id, problem_id) prefix.
+        Index("ix_candidate_stats_problem", "problem_id", "hardware_id"),
     )
 
     hardware_id: Mapped[str] = _id(primary_key=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from services.profiler_api.auth.repository import upsert_organisation
@@ -105,6 +105,35 @@ def test_resent_runs_add_nothing_to_the_aggregates(db_session: Session) -> None:
         select(CandidateStats.runs).where(CandidateStats.problem_id == problem.key_hash())
     ).scalars()
     assert set(runs) == {2}
+
+
+def _updates(session: Session) -> tuple[int, int]:
+    """This transaction's updates of candidate_stats rows so far: all, and HOT ones."""
+    row = session.execute(
+        text(
+            "SELECT pg_stat_get_xact_tuples_updated('candidate_stats'::regclass), "
+            "pg_stat_get_xact_tuples_hot_updated('candidate_stats'::regclass)"
+        )
+    ).one()
+    return int(row[0]), int(row[1])
+
+
+def test_adding_to_the_aggregates_updates_no_index(db_session: Session) -> None:
+    hardware, problem = hardware_spec(), unique_problem()
+    latencies = [(cublaslt(i), 10.0 + i) for i in range(20)]
+    _store(db_session, [probe_run(hardware=hardware, problem=problem, latencies=latencies)])
+    updated, hot = _updates(db_session)
+
+    _store(db_session, [probe_run(hardware=hardware, problem=problem, latencies=latencies)])
+
+    after_updated, after_hot = _updates(db_session)
+    assert after_updated - updated == len(latencies)  # every aggregate row was added to
+    # A HOT update writes no index entry: no index holds a column that ingest changes.
+    assert after_hot - hot == len(latencies)
+    stats = db_session.execute(
+        select(CandidateStats.runs).where(CandidateStats.problem_id == problem.key_hash())
+    ).scalars()
+    assert set(stats) == {2}
 
 
 def test_rolled_back_transaction_leaves_nothing(db_session: Session) -> None:
