@@ -54,6 +54,8 @@ RATIOS = (
     ("fleet_vs_epilogues", "epilogues", "fleet"),
     ("epilogues_likely4_vs_max_autotune", "max_autotune", "epilogues_likely4"),
     ("fleet_vs_epilogues_likely4", "epilogues_likely4", "fleet"),
+    ("second_vs_max_autotune", "max_autotune", "second"),
+    ("second_vs_descend", "descend", "second"),
     ("whole_vs_max_autotune", "max_autotune", "whole"),
     ("fleet_vs_whole", "whole", "fleet"),
 )
@@ -215,6 +217,23 @@ def new_host(args: argparse.Namespace) -> dict[str, Any]:
             out.setdefault("winners", {})[name] = _winners(session)
     for session in sessions:  # pushed now: no variant compiled from another's records
         session.close()
+    if args.second_host:
+        _new_process_kernels()
+        # A second host of the new GPU model, its cache empty, after every session above
+        # pushed: it compiles from the fleet's records of this very hardware.
+        second = tps_runtime.open_session(
+            device="cuda", cache=args.workdir / "second-cache.json", service=args.service,
+            token=args.token,
+        )  # fmt: skip
+        second.runtime.hardware = hardware
+        second.runtime.device = fleet_session.runtime.device
+        variants["second"] = forward(
+            torch.compile(copy.deepcopy(model), options={**gemm_search, "trace.info_log": False})
+        )
+        with tps_runtime.compiled(second) as again:
+            out["second_compile_s"] = round(_first_call(variants["second"], "second host"), 2)
+        out["second"] = _stats(again)
+        second.close()
     if args.whole:
         _new_process_kernels()
         # One green context a process: this session runs on the one opened above (its
@@ -287,6 +306,10 @@ def main() -> None:
         "--variants", nargs="*", choices=sorted(VARIANTS), metavar="NAME",
         help=f"also TPS with the fleet otherwise: these of {sorted(VARIANTS)} (none named: all)",
     )  # fmt: skip
+    p.add_argument(
+        "--second-host", action="store_true",
+        help="also a second host of the new GPU model, compiling after the others pushed",
+    )  # fmt: skip
     p.add_argument("--fleet-finalists", type=int, default=8)
     p.add_argument("--out", type=Path)
     p.add_argument("--timeout-s", type=float, default=400.0, help="each process's limit")
@@ -309,6 +332,7 @@ def main() -> None:
         first = _child("fleet", args, ["--profile"] if args.profile else [])
         print(f"fleet: {json.dumps(first)[:1500]}", file=sys.stderr)  # noqa: T201
         flags = (["--whole"] if args.whole else []) + (["--profile"] if args.profile else [])
+        flags += ["--second-host"] if args.second_host else []
         if args.variants is not None:
             flags += ["--variants", *args.variants]
         second = {} if "error" in first else _child("new", args, flags)
