@@ -95,13 +95,21 @@ class CublasLtProvider:
         # nvmath's free() after graph capture raised CUDA_ERROR_INVALID_VALUE on the H200;
         # plans whose free fails are parked here rather than leaked mid-use.
         self._parked: list[Any] = []
+        self._said_unavailable = False
 
     def available(self, device: Device) -> bool:
         if not device.is_gpu or device.is_rocm:
             return False
         try:
             import nvmath  # noqa: F401
-        except Exception:
+        except Exception as exc:
+            if not self._said_unavailable:
+                self._said_unavailable = True
+                log.warning(
+                    "cublaslt: nvmath-python cannot be imported (%s); probing without "
+                    "cuBLASLt's algorithms. Install it with: pip install 'tps[nvidia]'",
+                    exc,
+                )
             return False
         return True
 

@@ -4,6 +4,8 @@ The providers set cuDNN's TF32 flag from the problem's dtype: fp32 conv2d once f
 validation on the H200 because cuDNN ran it in TF32.
 """
 
+import importlib.util
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -37,6 +39,10 @@ def test_triton_layernorm_on_gpu(engine, cols):
     reason="fp8 GEMM needs an NVIDIA GPU of compute capability 8.9 or newer",
 )
 @pytest.mark.parametrize("shape", [(64, 4096, 4096), (4000, 4000, 4000)])
+@pytest.mark.skipif(
+    importlib.util.find_spec("nvmath") is None,
+    reason="the cuBLASLt provider needs nvmath-python: pip install 'tps[nvidia]'",
+)
 def test_fp8_gemm_default_and_cublaslt_are_valid(engine, shape):
     m, n, k = shape
     run = engine.probe(

@@ -1,5 +1,6 @@
 """GPU providers end to end: cuBLASLt, Triton, padded, the engine, green contexts, ROCm."""
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -18,6 +19,11 @@ from tps.problem import ProblemKey  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 NVIDIA = torch.version.hip is None
+NVMATH = importlib.util.find_spec("nvmath") is not None
+# cuBLASLt's algorithms run through nvmath-python, the agent's `nvidia` extra.
+needs_nvmath = pytest.mark.skipif(
+    not NVMATH, reason="the cuBLASLt provider needs nvmath-python: pip install 'tps[nvidia]'"
+)
 
 
 def linear(m, n, k, dtype="bf16"):
@@ -41,6 +47,7 @@ def _check_all(provider_name, problem, limit=4):
 
 
 @pytest.mark.skipif(not NVIDIA, reason="cuBLASLt is NVIDIA only")
+@needs_nvmath
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "tf32", "fp32"])
 def test_cublaslt_algorithms_are_enumerated_and_correct(dtype):
     cands = _check_all("cublaslt", linear(256, 1024, 512, dtype), limit=8)
@@ -50,6 +57,7 @@ def test_cublaslt_algorithms_are_enumerated_and_correct(dtype):
 
 
 @pytest.mark.skipif(not NVIDIA, reason="cuBLASLt is NVIDIA only")
+@needs_nvmath
 def test_cublaslt_ids_do_not_depend_on_rank():
     first = _check_all("cublaslt", linear(512, 512, 512), limit=8)
     again = _check_all("cublaslt", linear(512, 512, 512), limit=8)

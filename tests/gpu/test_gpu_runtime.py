@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import uuid
 from typing import Any
 
@@ -21,6 +22,9 @@ from tps.candidate import Candidate  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 NVIDIA = torch.version.hip is None
+# cuBLASLt's winners run through nvmath-python, the agent's `nvidia` extra.
+NVMATH = importlib.util.find_spec("nvmath") is not None
+NO_NVMATH = "the cuBLASLt runner needs nvmath-python: pip install 'tps[nvidia]'"
 # Any winner is admitted, and no step check undoes it: these tests count what routes.
 ANY_GAIN = AdmissionSettings(min_gain=-1.0, rounds=3, target_us=500.0, max_reps=20, step_pairs=0)
 
@@ -87,6 +91,8 @@ def close_to_default(out, a, b, dtype="bf16"):
 def test_each_runner_runs_its_winner_on_fresh_tensors(tmp_path, backend, shape):
     if backend == "cublaslt" and not NVIDIA:
         pytest.skip("cuBLASLt is NVIDIA only")
+    if backend == "cublaslt" and not NVMATH:
+        pytest.skip(NO_NVMATH)
     m, n, k = shape
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
     x0 = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -434,6 +440,8 @@ def test_the_trial_sees_whether_the_device_waits_on_the_host(tmp_path):
 def test_the_lean_cublaslt_launch_runs_on_the_current_stream_and_in_a_graph():
     if not NVIDIA:
         pytest.skip("cuBLASLt is NVIDIA only")
+    if not NVMATH:
+        pytest.skip(NO_NVMATH)
     from agents.probe.device import open_device
     from agents.runtime.runners import CublasLtRunner
 
