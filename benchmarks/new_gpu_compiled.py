@@ -13,10 +13,12 @@ On one H200, against the embedded service:
    service's `compiled` source; each kernel timed among that hardware's fastest launch
    configurations), plus with `--variants` TPS with the fleet otherwise (`coordesc`: each
    kernel tuned by coordinate descent, as before `kernel_likely`; `descend`: coordinate
-   descent from the fastest of `kernel_likely`'s configurations; `finalists`: each
-   search's finalists timed again, as before `likely_finalists`; `likely4`: each product
-   searched among the 4 fastest; `epilogues`: each search timed again with its epilogues
-   fused, as max-autotune does; `epilogues_likely4`: both, as before `epilogues`) and,
+   descent from the fastest of `kernel_likely`'s configurations; `descend_5us` and
+   `descend_20us`: the same for the kernels whose fastest of those takes 5 or 20 µs a
+   launch; `finalists`: each search's finalists timed again, as before
+   `likely_finalists`; `likely4`: each product searched among the 4 fastest; `epilogues`:
+   each search timed again with its epilogues fused, as max-autotune does;
+   `epilogues_likely4`: both, as before `epilogues`) and,
    with `--whole`, TPS without the fleet (inductor's whole search, as host 1 of a fleet).
    The TPS variants' sessions push only after every compile, so none sees another's
    records. With `--profile`, each variant's kernels by device time per forward, and each
@@ -56,6 +58,10 @@ RATIOS = (
     ("fleet_vs_epilogues_likely4", "epilogues_likely4", "fleet"),
     ("second_vs_max_autotune", "max_autotune", "second"),
     ("second_vs_descend", "descend", "second"),
+    ("descend_5us_vs_max_autotune", "max_autotune", "descend_5us"),
+    ("descend_5us_vs_descend", "descend", "descend_5us"),
+    ("descend_20us_vs_max_autotune", "max_autotune", "descend_20us"),
+    ("descend_20us_vs_descend", "descend", "descend_20us"),
     ("whole_vs_max_autotune", "max_autotune", "whole"),
     ("fleet_vs_whole", "whole", "fleet"),
 )
@@ -65,6 +71,15 @@ RATIOS = (
 VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "coordesc": ({"kernel_likely": 0}, {"trace.enabled": False}),
     "descend": ({"kernel_descend": True}, {"trace.debug_log": False}),
+    # the descent only for kernels whose fastest likely configuration takes 5 or 20 µs a launch
+    "descend_5us": (
+        {"kernel_descend": True, "kernel_descend_min_us": 5.0},
+        {"trace.ir_pre_fusion": True},
+    ),
+    "descend_20us": (
+        {"kernel_descend": True, "kernel_descend_min_us": 20.0},
+        {"trace.ir_post_fusion": True},
+    ),
     "finalists": ({"likely_finalists": 8}, {"trace.graph_diagram": False}),
     "likely4": ({"likely": 4}, {"trace.compile_profile": False}),
     "epilogues": ({"epilogues": True}, {"benchmark_epilogue_fusion": True}),
@@ -120,6 +135,8 @@ def _stats(fleet: Any) -> dict[str, Any]:
         "kernel_hits": s.kernel_hits,
         "kernel_tune_s": round(s.kernel_tune_s, 2),
         "kernels_likely": s.kernels_likely,
+        "kernels_descended": s.kernels_descended,
+        "kernel_likely_us": s.kernel_likely_us,
     }
 
 

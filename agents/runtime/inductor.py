@@ -61,7 +61,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agents.errors import AgentError
@@ -90,6 +90,9 @@ KERNEL_LIKELY = 4
 # Whether inductor's coordinate descent then tunes the fastest of those further, starting
 # from it (a new GPU model's first host pays the descent, from a better start).
 KERNEL_DESCEND = False
+# With the descent on, only a kernel whose fastest of those takes at least this long a launch
+# is descended (µs; 0: every kernel): a short kernel's launch costs more than its tuning wins.
+KERNEL_DESCEND_MIN_US = 0.0
 # A search's finalists, timed again before its winner is recorded for the fleet: every
 # configuration within FINALIST_SPREAD of the fastest, at most FINALISTS of them, each in
 # FINALIST_ROUNDS rounds whose order turns, by its kernels' device time.
@@ -274,6 +277,9 @@ class CompiledStats:
     likely: int = 0  # searched products that timed the most similar hardware's fastest only
     kernel_tune_s: float = 0.0  # seconds spent tuning kernels (either way below)
     kernels_likely: int = 0  # of those tuned, timed among the most similar hardware's fastest
+    kernels_descended: int = 0  # of those, tuned further by coordinate descent
+    # each kernel timed among the most similar hardware's fastest: its fastest there (µs)
+    kernel_likely_us: list[float] = field(default_factory=list)
 
 
 class InductorFleet:
@@ -290,7 +296,8 @@ class InductorFleet:
     for a pointwise or reduction kernel: inductor's own launch configuration and that
     hardware's `kernel_likely` fastest are timed, in place of coordinate descent (0: always
     coordinate descent); with `kernel_descend`, coordinate descent then starts from the
-    fastest of them.
+    fastest of them, for the kernels whose fastest takes at least `kernel_descend_min_us`
+    a launch.
     """
 
     def __init__(
@@ -303,6 +310,7 @@ class InductorFleet:
         likely: int = LIKELY,
         kernel_likely: int = KERNEL_LIKELY,
         kernel_descend: bool = KERNEL_DESCEND,
+        kernel_descend_min_us: float = KERNEL_DESCEND_MIN_US,
         likely_finalists: int = LIKELY_FINALISTS,
     ) -> None:
         if shortlist < 1:
@@ -316,6 +324,11 @@ class InductorFleet:
                 f"finalists must be 0 or at least 2 and rounds at least 1, not {finalists} "
                 f"and {rounds}"
             )
+        if not (math.isfinite(kernel_descend_min_us) and kernel_descend_min_us >= 0):
+            raise ValueError(
+                f"kernel_descend_min_us must be a finite number of µs, 0 or more, not "
+                f"{kernel_descend_min_us}"
+            )
         if likely_finalists < 0 or likely_finalists == 1:
             raise ValueError(f"likely_finalists must be 0 or at least 2, not {likely_finalists}")
         self.session = session
@@ -326,6 +339,7 @@ class InductorFleet:
         self.likely = likely
         self.kernel_likely = kernel_likely
         self.kernel_descend = kernel_descend
+        self.kernel_descend_min_us = kernel_descend_min_us
         self.stats = CompiledStats()
         self._asked: set[str] = set()
         self._recorded: set[str] = set()
@@ -543,20 +557,25 @@ class InductorFleet:
                 self.stats.kernel_hits += 1
                 return served
         start = time.perf_counter()
-        winner = self.search_kernel(problem, autotuner, launcher, *args, **kwargs)
-        if winner is None:
+        searched = self.search_kernel(problem, autotuner, launcher, *args, **kwargs)
+        if searched is None:
             winner = tune(autotuner, launcher, *args, **kwargs)
-        elif self.kernel_descend:  # the descent starts from the fastest likely configuration
-            winner = tune(autotuner, winner, *args, **kwargs)
+        else:
+            winner, fastest_us = searched
+            if self.kernel_descend and fastest_us >= self.kernel_descend_min_us:
+                # the descent starts from the fastest likely configuration
+                self.stats.kernels_descended += 1
+                winner = tune(autotuner, winner, *args, **kwargs)
         self.stats.kernel_tune_s += time.perf_counter() - start
         self.record_kernel(problem, autotuner, winner)
         return winner
 
     def search_kernel(
         self, problem: ProblemKey, autotuner: Any, launcher: Any, *args: Any, **kwargs: Any
-    ) -> Any:
+    ) -> tuple[Any, float] | None:
         """Time `launcher` (inductor's own configuration) and the most similar hardware's
-        fastest configurations of the kernel; return the fastest one's launcher.
+        fastest configurations of the kernel; return the fastest one's launcher and its
+        time (µs a launch).
 
         None where that hardware has not tuned the kernel, or fewer than two of them build
         and run here: inductor's coordinate descent then tunes it. The timings go to
@@ -581,10 +600,11 @@ class InductorFleet:
                 "%s: the nearest hardware's configurations did not run here", problem.canonical()
             )
             return None
-        _, _, fastest = min(timed, key=lambda t: t[:2])
+        ms, _, fastest = min(timed, key=lambda t: t[:2])
         fastest.config.found_by_coordesc = True  # inductor tunes it no further
         self.stats.kernels_likely += 1
-        return fastest
+        self.stats.kernel_likely_us.append(round(ms * 1e3, 3))
+        return fastest, ms * 1e3
 
     def record_kernel(self, problem: ProblemKey, autotuner: Any, winner: Any) -> None:
         """Record the configurations one kernel's tuning timed, and the one it chose."""
@@ -941,6 +961,7 @@ def compiled(
     likely: int = LIKELY,
     kernel_likely: int = KERNEL_LIKELY,
     kernel_descend: bool = KERNEL_DESCEND,
+    kernel_descend_min_us: float = KERNEL_DESCEND_MIN_US,
     likely_finalists: int = LIKELY_FINALISTS,
     epilogues: bool = EPILOGUES,
     **options: Any,
@@ -963,7 +984,8 @@ def compiled(
     is searched among that hardware's `likely` fastest configurations only (0: inductor's
     whole search), and that search's one timing decides (`likely_finalists` 0); a kernel it
     tuned, among its `kernel_likely` fastest launch configurations and inductor's own (0:
-    coordinate descent; `kernel_descend`: coordinate descent from the fastest of them).
+    coordinate descent; `kernel_descend`: coordinate descent from the fastest of them, for
+    a kernel whose fastest takes at least `kernel_descend_min_us` a launch).
     `epilogues` has a search with several configurations time each one again with its
     neighbours fused (inductor's `benchmark_epilogue_fusion`, on under
     max-autotune); off, inductor fuses them by its rules, as it does the one configuration
@@ -985,6 +1007,7 @@ def compiled(
         likely=likely,
         kernel_likely=kernel_likely,
         kernel_descend=kernel_descend,
+        kernel_descend_min_us=kernel_descend_min_us,
         likely_finalists=likely_finalists if gpu else 0,
     )
     handler = _choices_class()(fleet)
@@ -1036,10 +1059,10 @@ def compile(
 
     The model is called once with `example` (its positional arguments, or one tensor)
     inside `compiled` (`how`: shortlist, tune_kernels, device_time, finalists, likely,
-    kernel_likely, likely_finalists, epilogues), which searches and records what nobody
-    measured yet. Where that compile searched, the model is compiled and called once more,
-    from the winners just recorded (`recompile`): the program every other host of the fleet
-    compiles. `options` are inductor's, for both compiles.
+    kernel_likely, kernel_descend, kernel_descend_min_us, likely_finalists, epilogues),
+    which searches and records what nobody measured yet. Where that compile searched, the
+    model is compiled and called once more, from the winners just recorded (`recompile`):
+    the program every other host of the fleet compiles. `options` are inductor's, for both compiles.
     """
     import torch
 

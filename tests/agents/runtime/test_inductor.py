@@ -1028,6 +1028,34 @@ def test_kernel_descend_starts_coordinate_descent_from_the_fastest_likely_config
 
 
 @pytest.mark.usefixtures("without_triton")
+@pytest.mark.parametrize("min_us,descends", [(12.0, True), (12.5, False)])
+def test_kernel_descend_passes_over_a_kernel_shorter_than_its_threshold(
+    make_runtime, min_us, descends
+):
+    fleet = InductorFleet(
+        RuntimeSession(runtime=make_runtime()),
+        kernel_likely=2,
+        kernel_descend=True,
+        kernel_descend_min_us=min_us,
+    )
+    learn_nearest_kernel(fleet, make_runtime)
+    kernel = Autotuner()
+    kernel.speeds = {(64, 4): 0.025, (256, 8): 0.019, (128, 8): 0.012}  # fastest: 12 µs
+    calls: list[Any] = []
+    launched = fleet.tune_kernel(tuning(kernel, (256, 8), calls), kernel, OWN)
+    assert fleet.stats.kernel_likely_us == [12.0]
+    assert len(calls) == int(descends) and fleet.stats.kernels_descended == int(descends)
+    # descended: what the descent chose; passed over: the fastest likely configuration
+    assert launched.config.kwargs["R0_BLOCK"] == (256 if descends else 128)
+
+
+@pytest.mark.parametrize("bad", [-1.0, math.inf, math.nan])
+def test_kernel_descend_threshold_must_be_a_finite_time(make_runtime, bad):
+    with pytest.raises(ValueError, match="kernel_descend_min_us"):
+        InductorFleet(RuntimeSession(runtime=make_runtime()), kernel_descend_min_us=bad)
+
+
+@pytest.mark.usefixtures("without_triton")
 def test_inductors_own_kernel_configuration_wins_where_it_is_fastest_here(make_runtime):
     fleet = InductorFleet(RuntimeSession(runtime=make_runtime()))
     learn_nearest_kernel(fleet, make_runtime)
