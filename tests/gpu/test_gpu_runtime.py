@@ -558,3 +558,17 @@ def test_kernel_descend_tunes_further_from_the_nearest_hardwares_fastest(tmp_pat
         timed = {m.candidate.id: m.median_us for m in run.measurements}
         likely = [us for cid, us in timed.items() if cid in nearest[run.problem.key_hash()]]
         assert likely and timed[run.winner_id] <= min(likely)
+    assert fleet2.stats.kernels_descended == fleet2.stats.kernels_likely
+
+
+def test_kernel_descend_passes_over_the_kernels_below_its_threshold(tmp_path):
+    """A kernel whose fastest likely configuration is shorter than `kernel_descend_min_us`
+    is not descended: it records only what it timed among those configurations."""
+    fleet2, own, nearest = new_gpu_kernels(
+        tmp_path, kernel_likely=2, kernel_descend=True, kernel_descend_min_us=1e6
+    )
+    assert fleet2.stats.kernels_likely >= 1 and fleet2.stats.kernels_descended == 0
+    assert len(fleet2.stats.kernel_likely_us) == fleet2.stats.kernels_likely
+    assert all(0 < us < 1e6 for us in fleet2.stats.kernel_likely_us)
+    for run in own:
+        assert 2 <= len(run.measurements) <= 3
