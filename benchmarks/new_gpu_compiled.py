@@ -13,7 +13,8 @@ On one H200, against the embedded service:
    service's `compiled` source; each kernel timed among that hardware's fastest launch
    configurations), plus with `--variants` TPS with the fleet otherwise (`coordesc`: each
    kernel tuned by coordinate descent, as before `kernel_likely`; `descend`: coordinate
-   descent from the fastest of `kernel_likely`'s configurations; `descend_5us` and
+   descent from the fastest of `kernel_likely`'s configurations, for every kernel;
+   `no_descend`: for none; `descend_5us` and
    `descend_20us`: the same for the kernels whose fastest of those takes 5 or 20 µs a
    launch; `finalists`: each search's finalists timed again, as before
    `likely_finalists`; `likely4`: each product searched among the 4 fastest; `epilogues`:
@@ -58,6 +59,8 @@ RATIOS = (
     ("fleet_vs_epilogues_likely4", "epilogues_likely4", "fleet"),
     ("second_vs_max_autotune", "max_autotune", "second"),
     ("second_vs_descend", "descend", "second"),
+    ("no_descend_vs_max_autotune", "max_autotune", "no_descend"),
+    ("fleet_vs_no_descend", "no_descend", "fleet"),
     ("descend_5us_vs_max_autotune", "max_autotune", "descend_5us"),
     ("descend_5us_vs_descend", "descend", "descend_5us"),
     ("descend_20us_vs_max_autotune", "max_autotune", "descend_20us"),
@@ -70,7 +73,12 @@ RATIOS = (
 # is unchanged)
 VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "coordesc": ({"kernel_likely": 0}, {"trace.enabled": False}),
-    "descend": ({"kernel_descend": True}, {"trace.debug_log": False}),
+    "descend": (
+        {"kernel_descend": True, "kernel_descend_min_us": 0.0},
+        {"trace.debug_log": False},
+    ),
+    # the kernels timed among the most similar hardware's fastest, none descended
+    "no_descend": ({"kernel_descend": False}, {"trace.fx_graph": True}),
     # the descent only for kernels whose fastest likely configuration takes 5 or 20 µs a launch
     "descend_5us": (
         {"kernel_descend": True, "kernel_descend_min_us": 5.0},

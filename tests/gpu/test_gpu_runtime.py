@@ -540,7 +540,7 @@ def new_gpu_kernels(tmp_path: Any, **options: Any) -> tuple[Any, ...]:
 def test_a_new_gpu_model_times_the_nearest_hardwares_fastest_kernel_configurations(tmp_path):
     """A GPU model new to a decode step's kernels times the most similar hardware's fastest
     launch configurations of each, and inductor's own, in place of coordinate descent."""
-    fleet2, own, nearest = new_gpu_kernels(tmp_path, kernel_likely=2)
+    fleet2, own, nearest = new_gpu_kernels(tmp_path, kernel_likely=2, kernel_descend=False)
     assert fleet2.stats.kernels_likely >= 1 and fleet2.stats.kernel_hits == 0
     assert fleet2.stats.kernels_likely == fleet2.stats.kernels_tuned
     for run in own:  # inductor's own configuration and the nearest's two fastest, at most
@@ -552,7 +552,9 @@ def test_kernel_descend_tunes_further_from_the_nearest_hardwares_fastest(tmp_pat
     """With `kernel_descend`, inductor's coordinate descent starts from the fastest of the
     most similar hardware's configurations: what it records holds those it timed first, and
     its winner is no slower than the fastest of them."""
-    fleet2, own, nearest = new_gpu_kernels(tmp_path, kernel_likely=2, kernel_descend=True)
+    fleet2, own, nearest = new_gpu_kernels(
+        tmp_path, kernel_likely=2, kernel_descend=True, kernel_descend_min_us=0.0
+    )
     assert fleet2.stats.kernels_likely >= 1 and fleet2.stats.kernel_hits == 0
     for run in own:
         timed = {m.candidate.id: m.median_us for m in run.measurements}

@@ -1011,7 +1011,9 @@ def test_kernel_descend_starts_coordinate_descent_from_the_fastest_likely_config
     runs = []
     rt = make_runtime()
     rt.on_probe = runs.append
-    fleet = InductorFleet(RuntimeSession(runtime=rt), kernel_likely=2, kernel_descend=True)
+    fleet = InductorFleet(
+        RuntimeSession(runtime=rt), kernel_likely=2, kernel_descend=True, kernel_descend_min_us=0
+    )
     learn_nearest_kernel(fleet, make_runtime)
     kernel = Autotuner()
     kernel.speeds = {(64, 4): 0.025, (256, 8): 0.019, (128, 8): 0.012}
