@@ -35,7 +35,8 @@ Each kernel's tuning is a probe run too (op `inductor_kernel`, keyed by the kern
 its size hints and the torch and Triton versions): the next host of the same GPU model runs
 the fleet's configuration without tuning it. A GPU model new to a kernel that the most similar
 hardware tuned times inductor's own configuration and that hardware's `kernel_likely` (4)
-fastest, in place of coordinate descent, and records them as its own tuning.
+fastest; where the fastest of them takes `kernel_descend_min_us` (20 µs) a launch or more,
+coordinate descent tunes it further from there. It records them as its own tuning.
 
 Inside the block inductor's own caches are off: their keys know nothing of the fleet's
 choices, so a graph compiled before (by this host's search, or without TPS) would come back
