@@ -4,14 +4,13 @@ The providers set cuDNN's TF32 flag from the problem's dtype: fp32 conv2d once f
 validation on the H200 because cuDNN ran it in TF32.
 """
 
-import importlib.util
-
 import pytest
 
 torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA or ROCm device", allow_module_level=True)
 
+from tests.gpu.conftest import needs_nvmath  # noqa: E402
 from tps.problem import ProblemKey  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -39,10 +38,7 @@ def test_triton_layernorm_on_gpu(engine, cols):
     reason="fp8 GEMM needs an NVIDIA GPU of compute capability 8.9 or newer",
 )
 @pytest.mark.parametrize("shape", [(64, 4096, 4096), (4000, 4000, 4000)])
-@pytest.mark.skipif(
-    importlib.util.find_spec("nvmath") is None,
-    reason="the cuBLASLt provider needs nvmath-python: pip install 'tps[nvidia]'",
-)
+@needs_nvmath
 def test_fp8_gemm_default_and_cublaslt_are_valid(engine, shape):
     m, n, k = shape
     run = engine.probe(

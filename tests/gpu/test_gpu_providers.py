@@ -1,6 +1,5 @@
 """GPU providers end to end: cuBLASLt, Triton, padded, the engine, green contexts, ROCm."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -15,15 +14,11 @@ from agents.ops.gemm import GemmOp, gemm_operands  # noqa: E402
 from agents.probe.device import open_device  # noqa: E402
 from agents.probe.settings import ProbeSettings  # noqa: E402
 from agents.providers.table import create_provider  # noqa: E402
+from tests.gpu.conftest import needs_nvmath  # noqa: E402
 from tps.problem import ProblemKey  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 NVIDIA = torch.version.hip is None
-NVMATH = importlib.util.find_spec("nvmath") is not None
-# cuBLASLt's algorithms run through nvmath-python, the agent's `nvidia` extra.
-needs_nvmath = pytest.mark.skipif(
-    not NVMATH, reason="the cuBLASLt provider needs nvmath-python: pip install 'tps[nvidia]'"
-)
 
 
 def linear(m, n, k, dtype="bf16"):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import uuid
 from typing import Any
 
@@ -18,13 +17,11 @@ from agents.cache import CacheEntry, ProbeCache  # noqa: E402
 from agents.ops.gemm import gemm_operands  # noqa: E402
 from agents.runtime import AdmissionSettings, Mode, RuntimeSession, open_session, tune, tuned  # noqa: E402
 from agents.runtime.keys import gemm_problem  # noqa: E402
+from tests.gpu.conftest import NO_NVMATH, NVMATH  # noqa: E402
 from tps.candidate import Candidate  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 NVIDIA = torch.version.hip is None
-# cuBLASLt's winners run through nvmath-python, the agent's `nvidia` extra.
-NVMATH = importlib.util.find_spec("nvmath") is not None
-NO_NVMATH = "the cuBLASLt runner needs nvmath-python: pip install 'tps[nvidia]'"
 # Any winner is admitted, and no step check undoes it: these tests count what routes.
 ANY_GAIN = AdmissionSettings(min_gain=-1.0, rounds=3, target_us=500.0, max_reps=20, step_pairs=0)
 
