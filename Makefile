@@ -31,6 +31,8 @@ lint: $(STAMP)
 # The whole suite, with the coverage of every package (the service's subprocesses included).
 test: lint
 	$(BIN)/python -m pytest -q --cov --cov-report=term
+	# the runtime again with its routing in Python alone (where no C++ compiler is)
+	TPS_RUNTIME_NATIVE=0 $(BIN)/python -m pytest -q -p no:cacheprovider tests/agents/runtime
 
 # The inner loop: no slow, browser, fuzzing or GPU tests, stop at the first failure.
 test-fast: $(STAMP)

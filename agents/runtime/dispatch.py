@@ -146,6 +146,46 @@ class Route:
         return trial is not None and 0 < self.checks_left <= trial.calls
 
 
+class Routes(dict[tuple[Any, ...], Route]):
+    """A runtime's routes by call signature; replacing or dropping one empties `fast`."""
+
+    def __init__(self, fast: dict[bytes, Route]) -> None:
+        super().__init__()
+        self.fast = fast
+
+    def __setitem__(self, sig: tuple[Any, ...], route: Route) -> None:
+        if sig in self:
+            self.fast.clear()
+        super().__setitem__(sig, route)
+
+    def __delitem__(self, sig: tuple[Any, ...]) -> None:
+        self.fast.clear()
+        super().__delitem__(sig)
+
+    def pop(self, *args: Any) -> Any:
+        self.fast.clear()
+        return super().pop(*args)
+
+    def popitem(self) -> tuple[tuple[Any, ...], Route]:
+        self.fast.clear()
+        return super().popitem()
+
+    def clear(self) -> None:
+        self.fast.clear()
+        super().clear()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self.fast.clear()
+        super().update(*args, **kwargs)
+
+    def setdefault(self, sig: tuple[Any, ...], route: Route | None = None) -> Route:
+        return super().setdefault(sig, route)  # type: ignore[arg-type]
+
+    def __ior__(self, other: Any) -> Routes:  # type: ignore[override,misc]
+        self.update(other)
+        return self
+
+
 @dataclass
 class RuntimeStats:
     """What the runtime did, for the program and the bench."""
@@ -233,7 +273,10 @@ class Runtime:
         # Backends the framework's own default call already runs (TunableOp on ROCm).
         self.native_backends = native_backends
         self.stats = RuntimeStats()
-        self.routes: dict[tuple[Any, ...], Route] = {}
+        # Calls the default keeps, by the native routers' keys (`patching.install_native`):
+        # emptied whenever a route is replaced or dropped.
+        self.fast: dict[bytes, Route] = {}
+        self.routes: dict[tuple[Any, ...], Route] = Routes(self.fast)
         # What each new route calls: the step checks' `arm` (`steps.StepCheck`).
         self.on_new_route: list[Callable[[], None]] = []
         # Routes a compiled graph names by number (the custom op's `slot` argument).

@@ -128,6 +128,7 @@ def route_product(
     route.calls += 1
     if route.runner is None and not _needs_grad(a, b, bias):
         _quiet(rt)
+        _keep(rt, sig, route)
         return default()
     if route.held and not _needs_grad(a, b, bias):
         return default()
@@ -139,6 +140,12 @@ def route_product(
 
 def _plus(out: Any, bias: Any) -> Any:
     return out if bias is None else out.add_(bias)
+
+
+def _keep(rt: Runtime, sig: tuple[Any, ...], route: Route) -> None:
+    """File the call's route in the native table, so that its next calls stay in C++."""
+    if NATIVE.module is not None and rt.routes.get(sig) is route:
+        NATIVE.module.remember(rt, route)
 
 
 def _quiet(rt: Runtime) -> None:
@@ -190,6 +197,8 @@ def _routing(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         route.calls += 1
         if _grad_enabled() and (input.requires_grad or mat2.requires_grad):
             return _Product.apply(rt, route, input, mat2)  # type: ignore[no-untyped-call]
+        if NATIVE.module is not None:  # its next calls stay in C++, hits too
+            _keep(rt, sig, route)
         if route.runner is None:
             rt.quiet_calls += 1
             if rt.quiet_calls == rt.settle_at:
@@ -224,6 +233,7 @@ def linear_with(rt: Runtime | None, input: Any, weight: Any, bias: Any) -> Any:
     route.calls += 1
     if route.runner is None and not _needs_grad(input, weight, bias):
         _quiet(rt)
+        _keep(rt, sig, route)
         return _linear(input, weight, bias)
     shape = (*input.shape[:-1], weight.shape[0])
     if route.checks_left and route.in_trial and not _needs_grad(input, weight, bias):
@@ -420,7 +430,7 @@ def matmul(input: Any, other: Any, *, out: Any = None) -> Any:
 
 
 def tensor_matmul(self: Any, other: Any) -> Any:
-    return matmul(self, other)
+    return ROUTING[_MATMUL](self, other)
 
 
 ROUTING: dict[tuple[Any, str], Callable[..., Any]] = {
@@ -442,6 +452,47 @@ ROUTED_AS: dict[tuple[Any, str], str] = {
 }
 
 
+_MATMUL = (torch, "matmul")
+
+
+class _Native:
+    """The native routers, once `install_native` has run (`native.py`)."""
+
+    module: Any = None
+    tried = False
+
+
+NATIVE = _Native()
+
+
+def install_native() -> bool:
+    """Route torch's functions through the native routers from now on, where they build.
+
+    Each router runs the Python routing version for every call it does not settle itself;
+    torch.compile traces the Python version in its place (`substitute_in_graph`).
+    """
+    if NATIVE.tried:
+        return NATIVE.module is not None
+    NATIVE.tried = True
+    from agents.runtime import native
+
+    module = native.load()
+    if module is None:
+        return False
+    module.init(STATE, torch.Tensor, torch.nn.Parameter, _allow_tf32, settle_functions)
+    kinds = {"mm": module.MM, "bmm": module.MM, "matmul": module.MATMUL}
+    kinds |= {"addmm": module.ADDMM, "linear": module.LINEAR}
+    for ident, key in enumerate(k for k in ROUTING if k[1] in kinds):
+        name = key[1]
+        router = module.router(kinds[name], ident, name, ORIGINAL[name], ROUTING[key])
+        torch._dynamo.substitute_in_graph(router, skip_signature_check=True)(ROUTING[key])
+        ROUTING[key] = router
+    NATIVE.module = module
+    if STATE.routed:  # a block is open: its functions become the native ones now
+        _patch(True, list(STATE.routed))
+    return True
+
+
 def _patch(routing: bool, keys: Iterable[tuple[Any, str]] | None = None) -> None:
     """Install the routing versions of `keys` (all: None), or give torch its own back."""
     for key in list(ROUTING if keys is None else keys):
@@ -455,6 +506,8 @@ def _patch(routing: bool, keys: Iterable[tuple[Any, str]] | None = None) -> None
 
 def activate(runtime: Runtime | None) -> None:
     """Make `runtime` the one that routes calls, swapping torch's functions in."""
+    if not NATIVE.tried:
+        install_native()
     if len(STATE.routed) < len(ROUTING):
         _patch(True)
     STATE.stack.append(STATE.active)

@@ -571,3 +571,46 @@ def test_kernel_descend_passes_over_the_kernels_below_its_threshold(tmp_path):
     assert all(0 < us < 1e6 for us in fleet2.stats.kernel_likely_us)
     for run in own:
         assert 2 <= len(run.measurements) <= 3
+
+
+def test_the_native_routers_key_cuda_calls_by_device_and_tf32(tmp_path):
+    """On CUDA a call the default keeps stays in C++, and TF32 makes a problem of its own."""
+    import sys
+
+    from agents.runtime import patching
+
+    a = torch.randn(64, 96, device="cuda")
+    b = torch.randn(96, 80, device="cuda")
+    session = open_session(
+        device="cuda", cache=ProbeCache(tmp_path / "c.json"), bans=tmp_path / "b.json",
+        admission=AdmissionSettings(settle_after=0),
+    )  # fmt: skip
+    rt = session.runtime
+    entered: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code.co_filename == patching.__file__:
+            entered.append(frame.f_code.co_name)
+
+    saved = torch.backends.cuda.matmul.allow_tf32
+    try:
+        with torch.no_grad(), tuned(session):
+            if patching.NATIVE.module is None:
+                pytest.skip("the native routers did not build on this host")
+            for tf32 in (False, True):
+                torch.backends.cuda.matmul.allow_tf32 = tf32
+                expected = patching.ORIGINAL["mm"](a, b)
+                torch.mm(a, b)  # decided in Python
+                sys.setprofile(profile)
+                try:
+                    out = torch.mm(a, b)
+                finally:
+                    sys.setprofile(None)
+                assert torch.equal(out, expected)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
+        session.close()
+    assert entered == []
+    assert len(rt.fast) == 2  # one key each way of TF32
+    problems = {r.problem.dtype for r in rt.decisions()}
+    assert problems == {"fp32", "tf32"}

@@ -936,11 +936,14 @@ def measure_overhead(device: str, *, calls: int = 4_000, rounds: int = 31) -> di
         for _ in range(rounds):
             with suspended():
                 results["plain"].append(per_call_us(lambda: torch.mm(a, b)))
-            rt.routes = dict(misses)
+            rt.routes.clear()
+            rt.routes.update(misses)
             results["miss"].append(per_call_us(lambda: torch.mm(a, b)))
-            rt.routes = dict(hits)
+            rt.routes.clear()
+            rt.routes.update(hits)
             results["hit"].append(per_call_us(lambda: torch.mm(a, b)))
-        rt.routes = dict(hits)  # the graph section replays hits
+        rt.routes.clear()
+        rt.routes.update(hits)  # the graph section replays hits
     # nn.Linear through tune(model): the module form (no bias: the bias add is the winner's)
     untouched = torch.nn.Linear(size, size, bias=False, device=device, dtype=dtype)
     layer = torch.nn.Linear(size, size, bias=False, device=device, dtype=dtype)
