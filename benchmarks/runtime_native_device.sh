@@ -10,12 +10,6 @@ export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 TPS_AGENT_DEPLOYMENT_SECRET=
   python3 -c "import time; t = time.perf_counter(); from agents.runtime import native; print('native', native.load(), f'{time.perf_counter() - t:.1f} s')"
 } > $OUT/env.txt 2>&1
 cat $OUT/env.txt
-for i in $(seq ${1:-2}); do
-  for native in 1 0; do
-    TPS_RUNTIME_NATIVE=$native timeout 120 python3 -c 'from cli import main; main()' bench runtime-overhead --device cuda --json \
-      | python3 -c "import json, sys; r = json.load(sys.stdin); r['native'] = $native; print(json.dumps(r))" >> $OUT/runtime_overhead_native.jsonl
-  done
-done
-tail -c 1200 $OUT/runtime_overhead_native.jsonl
+bash benchmarks/runtime_native_ab.sh cuda ${1:-2} $OUT/runtime_overhead_native.jsonl
 timeout ${GPU_TESTS_S:-300} python3 -m pytest -q -rs -p no:cacheprovider tests/gpu > $OUT/gpu_tests_native.txt 2>&1
 tail -6 $OUT/gpu_tests_native.txt
