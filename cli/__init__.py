@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.logging import RichHandler
 
-from cli import agent_daemon, agent_export, agent_probe, model, service
+from cli import agent_daemon, agent_export, agent_probe, agent_runtime, model, service
 
 EXAMPLES = """TPS, the TunableOp Profiling Service: measured, fleet-wide GPU kernel selection.
 
@@ -42,6 +42,7 @@ model.register(app)
 agent_probe.register(agent_app)
 agent_daemon.register(agent_app)
 agent_export.register(agent_app)
+agent_runtime.register(agent_app)
 
 
 def reflow(doc: str | None) -> str | None:

@@ -23,6 +23,8 @@ ENV = "TPS_RUNTIME_NATIVE"
 
 _lock = threading.Lock()
 _loaded: list[types.ModuleType | None] = []
+# Why the module could not be had, once `load` has tried.
+failure: list[str] = []
 
 
 def enabled() -> bool:
@@ -35,7 +37,11 @@ def load() -> types.ModuleType | None:
     with _lock:
         if _loaded:
             return _loaded[0]
-        module = _build() if enabled() else None
+        if enabled():
+            module = _build()
+        else:
+            module = None
+            failure.append(f"{ENV} turns it off")
         _loaded.append(module)
         return module
 
@@ -52,6 +58,7 @@ def _build() -> types.ModuleType | None:
         )
     except Exception as exc:  # no compiler, no ninja, no headers: Python routes instead
         reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+        failure.append(reason)
         log.warning(
             "the runtime's native routing could not be built (%s); torch's functions route "
             "through Python, about 1 µs more a call that keeps the default (set %s=0 to "

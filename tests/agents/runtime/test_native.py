@@ -201,3 +201,32 @@ def test_the_native_routers_can_be_turned_off(monkeypatch, value, on):
     else:
         monkeypatch.delenv(native.ENV, raising=False)
     assert native.enabled() is on
+
+
+@needs_native
+def test_build_runtime_builds_the_routers_ahead_of_a_program():
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    result = CliRunner().invoke(app, ["agent", "build-runtime"])
+    assert result.exit_code == 0, result.output
+    assert "built" in result.output and "tps_runtime_fastpath" in result.output
+
+
+def test_build_runtime_says_why_it_cannot_and_fails(monkeypatch):
+    import torch.utils.cpp_extension as cpp
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    def no_compiler(**kwargs: Any) -> Any:
+        raise RuntimeError("Error checking compiler version for c++")
+
+    monkeypatch.setattr(native, "_loaded", [])
+    monkeypatch.setattr(native, "failure", [])
+    monkeypatch.setattr(cpp, "load", no_compiler)
+    monkeypatch.delenv(native.ENV, raising=False)
+    result = CliRunner().invoke(app, ["agent", "build-runtime"])
+    assert result.exit_code == 1
+    assert "Error checking compiler version" in " ".join(result.output.split())
