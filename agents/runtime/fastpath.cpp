@@ -27,8 +27,6 @@ struct Globals {
   PyObject* parameter_type = nullptr;
   PyObject* allow_tf32 = nullptr;  // torch._C._get_cublas_allow_tf32
   PyObject* settle = nullptr;      // patching.settle_functions(rt)
-  PyObject* pending = nullptr;     // the key of the call the Python path is deciding
-  PyObject* pending_rt = nullptr;  // identity only, never dereferenced
   PyObject* s_active = nullptr;
   PyObject* s_fast = nullptr;
   PyObject* s_runner = nullptr;
@@ -40,6 +38,11 @@ struct Globals {
   PyObject* s_run = nullptr;
 };
 Globals G;
+
+// The key of the call this thread's Python routing is deciding, and its runtime (identity
+// only): per thread, as another thread may route while this one waits in torch.
+thread_local PyObject* pending = nullptr;
+thread_local PyObject* pending_rt = nullptr;
 
 // What a routed function holds: its kind, torch's own function and the Python routing one.
 struct Router {
@@ -119,14 +122,14 @@ long long increment(PyObject* obj, PyObject* name) {
 PyObject* slow_call(Router* r, PyObject* rt, PyObject* key, PyObject* const* args,
                     Py_ssize_t nargs, PyObject* kwnames) {
   // `key` (owned, may be null) is what `remember` files the decided route under.
-  PyObject* saved_key = G.pending;
-  PyObject* saved_rt = G.pending_rt;
-  G.pending = key;
-  G.pending_rt = rt;
+  PyObject* saved_key = pending;
+  PyObject* saved_rt = pending_rt;
+  pending = key;
+  pending_rt = rt;
   PyObject* out = PyObject_Vectorcall(r->slow, args, nargs, kwnames);
-  Py_XDECREF(G.pending);
-  G.pending = saved_key;
-  G.pending_rt = saved_rt;
+  Py_XDECREF(pending);
+  pending = saved_key;
+  pending_rt = saved_rt;
   return out;
 }
 
@@ -363,14 +366,14 @@ PyObject* init(PyObject*, PyObject* args) {
 PyObject* remember(PyObject*, PyObject* args) {
   PyObject *rt, *route;
   if (!PyArg_ParseTuple(args, "OO", &rt, &route)) return nullptr;
-  if (G.pending == nullptr || G.pending_rt != rt) Py_RETURN_FALSE;
+  if (pending == nullptr || pending_rt != rt) Py_RETURN_FALSE;
   PyObject* fast = PyObject_GetAttr(rt, G.s_fast);
   if (fast == nullptr) return nullptr;
-  int rc = PyDict_Check(fast) ? PyDict_SetItem(fast, G.pending, route) : 0;
+  int rc = PyDict_Check(fast) ? PyDict_SetItem(fast, pending, route) : 0;
   Py_DECREF(fast);
   if (rc < 0) return nullptr;
-  Py_CLEAR(G.pending);
-  G.pending_rt = nullptr;
+  Py_CLEAR(pending);
+  pending_rt = nullptr;
   Py_RETURN_TRUE;
 }
 

@@ -230,3 +230,38 @@ def test_build_runtime_says_why_it_cannot_and_fails(monkeypatch):
     result = CliRunner().invoke(app, ["agent", "build-runtime"])
     assert result.exit_code == 1
     assert "Error checking compiler version" in " ".join(result.output.split())
+
+
+@needs_native
+def test_each_key_is_filed_with_its_own_route_when_threads_route_at_once(make_runtime):
+    import struct
+    import threading
+
+    rt = make_runtime(admission=NEVER_SETTLE)
+    shapes = [(m, 16, n) for m in (3, 5, 7, 9) for n in (4, 6, 10)]
+    errors: list[BaseException] = []
+
+    def work(part: list[tuple[int, int, int]]) -> None:
+        try:
+            for _ in range(20):
+                for m, k, n in part:
+                    a, b = torch.randn(m, k), torch.randn(k, n)
+                    expected = torch.einsum("mk,kn->mn", a, b)  # not routed
+                    assert torch.allclose(torch.mm(a, b), expected, atol=1e-5)
+        except BaseException as exc:  # noqa: BLE001  (reported below)
+            errors.append(exc)
+
+    with torch.no_grad(), tuned(RuntimeSession(runtime=rt)):
+        threads = [threading.Thread(target=work, args=(shapes[i::3],)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors
+    assert len(rt.fast) == len(shapes)
+    for key, route in rt.fast.items():
+        words = struct.unpack(f"{len(key) // 8}q", key)
+        m, k = words[6], words[7]  # A's sizes follow ident, dtypes, device, flags and A's rank
+        n = words[6 + 2 * 2 + 2]  # B's rank, then its sizes (K, N)
+        assert route.problem.dims == {"m": m, "n": n, "k": k}
+        assert route.calls == 20
