@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace {
 
@@ -36,6 +37,8 @@ struct Globals {
   PyObject* s_bias = nullptr;
   PyObject* s_held = nullptr;
   PyObject* s_run = nullptr;
+  PyObject* s_checks_left = nullptr;
+  PyObject* s_add_ = nullptr;
 };
 Globals G;
 
@@ -131,6 +134,69 @@ PyObject* slow_call(Router* r, PyObject* rt, PyObject* key, PyObject* const* arg
   pending = saved_key;
   pending_rt = saved_rt;
   return out;
+}
+
+// F.linear's hit, as `patching.linear_with` makes it: [.., K] @ W^T as one product of all
+// leading rows through `Runtime.run`, then the bias added in place and the shape restored.
+PyObject* linear_hit(PyObject* rt, PyObject* route, PyObject* input_obj, PyObject* weight_obj,
+                     PyObject* bias_obj) {
+  PyObject* a_obj = nullptr;
+  PyObject* wt_obj = nullptr;
+  std::vector<int64_t> shape;
+  try {
+    const at::Tensor& input = THPVariable_Unpack(input_obj);
+    const at::Tensor& weight = THPVariable_Unpack(weight_obj);
+    if (input.dim() != 2) {
+      auto sizes = input.sizes();
+      shape.assign(sizes.begin(), sizes.end() - 1);
+      shape.push_back(weight.size(0));
+      a_obj = THPVariable_Wrap(input.reshape({-1, input.size(-1)}));
+    } else {
+      Py_INCREF(input_obj);
+      a_obj = input_obj;
+    }
+    wt_obj = THPVariable_Wrap(weight.t());
+  } catch (const std::exception& exc) {
+    Py_XDECREF(a_obj);
+    PyErr_SetString(PyExc_RuntimeError, exc.what());
+    return nullptr;
+  }
+  if (a_obj == nullptr || wt_obj == nullptr) {
+    Py_XDECREF(a_obj);
+    Py_XDECREF(wt_obj);
+    return nullptr;
+  }
+  Py_INCREF(rt);
+  PyObject* call[4] = {rt, route, a_obj, wt_obj};
+  PyObject* out = PyObject_VectorcallMethod(G.s_run, call, 4, nullptr);
+  Py_DECREF(rt);
+  Py_DECREF(a_obj);
+  Py_DECREF(wt_obj);
+  if (out == nullptr) return nullptr;
+  if (bias_obj == nullptr && shape.empty()) return out;
+  if (!plain(out)) {  // what a runner returned: let Python's operators handle it
+    PyObject* added = out;
+    if (bias_obj != nullptr) {
+      added = PyObject_CallMethodOneArg(out, G.s_add_, bias_obj);
+      Py_DECREF(out);
+      if (added == nullptr) return nullptr;
+    }
+    if (shape.empty()) return added;
+    PyErr_SetString(PyExc_TypeError, "a runner returned a non-tensor for a batched F.linear");
+    Py_DECREF(added);
+    return nullptr;
+  }
+  try {
+    at::Tensor result = THPVariable_Unpack(out);
+    if (bias_obj != nullptr) result.add_(THPVariable_Unpack(bias_obj));
+    if (shape.empty()) return out;
+    Py_DECREF(out);
+    return THPVariable_Wrap(result.view(shape));
+  } catch (const std::exception& exc) {
+    Py_DECREF(out);
+    PyErr_SetString(PyExc_RuntimeError, exc.what());
+    return nullptr;
+  }
 }
 
 PyObject* route_call(PyObject* self, PyObject* const* args, Py_ssize_t nargsf,
@@ -252,9 +318,19 @@ PyObject* route_call(PyObject* self, PyObject* const* args, Py_ssize_t nargsf,
     }
     bool quiet = runner == Py_None;
     Py_DECREF(runner);
-    if (!quiet && r->kind != MM && r->kind != MATMUL) {  // a winner with a bias: Python's path
+    if (!quiet && r->kind == ADDMM) {  // addmm's winner: Python's path
       Py_DECREF(route);
       return slow_call(r, rt, nullptr, args, nargs, kwnames);
+    }
+    if (!quiet && r->kind == LINEAR) {
+      // Calls still checked against the default, or timed beside it: Python's path.
+      PyObject* checks = PyObject_GetAttr(route, G.s_checks_left);
+      int checking = checks == nullptr ? -1 : PyObject_IsTrue(checks);
+      Py_XDECREF(checks);
+      if (checking != 0) {
+        Py_DECREF(route);
+        return checking < 0 ? nullptr : slow_call(r, rt, nullptr, args, nargs, kwnames);
+      }
     }
     long long ok = increment(route, G.s_calls);
     if (ok == -2) {
@@ -272,6 +348,11 @@ PyObject* route_call(PyObject* self, PyObject* const* args, Py_ssize_t nargsf,
       if (is_held) {
         Py_DECREF(route);
         return PyObject_Vectorcall(r->original, args, nargsf, kwnames);
+      }
+      if (r->kind == LINEAR) {
+        PyObject* out = linear_hit(rt, route, a_obj, b_obj, bias);
+        Py_DECREF(route);
+        return out;
       }
       Py_INCREF(rt);
       PyObject* call[4] = {rt, route, args[0], args[1]};
@@ -403,6 +484,8 @@ PyMODINIT_FUNC PyInit_tps_runtime_fastpath() {
   G.s_bias = PyUnicode_InternFromString("bias");
   G.s_held = PyUnicode_InternFromString("held");
   G.s_run = PyUnicode_InternFromString("run");
+  G.s_checks_left = PyUnicode_InternFromString("checks_left");
+  G.s_add_ = PyUnicode_InternFromString("add_");
   PyObject* module = PyModule_Create(&kModule);
   if (module == nullptr) return nullptr;
   PyModule_AddIntConstant(module, "MM", MM);

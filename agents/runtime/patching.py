@@ -235,6 +235,11 @@ def linear_with(rt: Runtime | None, input: Any, weight: Any, bias: Any) -> Any:
         _quiet(rt)
         _keep(rt, sig, route)
         return _linear(input, weight, bias)
+    if not _needs_grad(input, weight, bias):
+        if NATIVE.module is not None:  # its next calls stay in C++, hits too
+            _keep(rt, sig, route)
+        if route.held:  # the step check's default step
+            return _linear(input, weight, bias)
     shape = (*input.shape[:-1], weight.shape[0])
     if route.checks_left and route.in_trial and not _needs_grad(input, weight, bias):
         # the routed call against F.linear's own, each whole

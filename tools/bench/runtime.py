@@ -889,7 +889,7 @@ def as_json(result: CaseResult) -> dict[str, Any]:
 
 
 def measure_overhead(device: str, *, calls: int = 4_000, rounds: int = 31) -> dict[str, Any]:
-    """Host time per call of torch.mm and nn.Linear: plain, a miss, and a hit, in µs.
+    """Host time per call of torch.mm, F.linear and nn.Linear: plain, a miss, and a hit, in µs.
 
     The hit's winner launches the very kernel the default does, so what is left over is
     the runtime's own cost: the signature, the lookup and the call through the runner.
@@ -934,14 +934,31 @@ def measure_overhead(device: str, *, calls: int = 4_000, rounds: int = 31) -> di
         misses = dict(rt.routes)
         hits = {sig: hit_route() for sig in misses}
         for _ in range(rounds):
-            with suspended():
-                results["plain"].append(per_call_us(lambda: torch.mm(a, b)))
+            # torch's own function: `torch.mm` is the routing one while the block is open
+            results["plain"].append(per_call_us(lambda: mm(a, b)))
             rt.routes.clear()
             rt.routes.update(misses)
             results["miss"].append(per_call_us(lambda: torch.mm(a, b)))
             rt.routes.clear()
             rt.routes.update(hits)
             results["hit"].append(per_call_us(lambda: torch.mm(a, b)))
+        # F.linear as a model's nn.Linear calls it under tuned(); no bias, whose add a hit
+        # would launch apart from the winner (the winner's cost, which its trial weighs)
+        functional: dict[str, list[float]] = {k: [] for k in ("plain", "miss", "hit")}
+        bias = None
+        own_linear, F = ORIGINAL["linear"], torch.nn.functional
+        rt.routes.clear()
+        F.linear(a, b, bias)  # decide its miss
+        linear_misses = dict(rt.routes)
+        linear_hits = {sig: hit_route() for sig in linear_misses}
+        for _ in range(rounds):
+            functional["plain"].append(per_call_us(lambda: own_linear(a, b, bias)))
+            rt.routes.clear()
+            rt.routes.update(linear_misses)
+            functional["miss"].append(per_call_us(lambda: F.linear(a, b, bias)))
+            rt.routes.clear()
+            rt.routes.update(linear_hits)
+            functional["hit"].append(per_call_us(lambda: F.linear(a, b, bias)))
         rt.routes.clear()
         rt.routes.update(hits)  # the graph section replays hits
     # nn.Linear through tune(model): the module form (no bias: the bias add is the winner's)
@@ -984,7 +1001,7 @@ def measure_overhead(device: str, *, calls: int = 4_000, rounds: int = 31) -> di
     out["mm_settled_miss_overhead_us"] = statistics.median(settled["miss"]) - statistics.median(
         settled["plain"]
     )
-    for label, series in (("mm", results), ("linear", linear)):
+    for label, series in (("mm", results), ("linear", linear), ("functional_linear", functional)):
         med = {k: statistics.median(v) for k, v in series.items()}
         out[f"{label}_plain_us"] = med["plain"]
         out[f"{label}_miss_us"] = med["miss"]

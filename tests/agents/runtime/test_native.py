@@ -265,3 +265,46 @@ def test_each_key_is_filed_with_its_own_route_when_threads_route_at_once(make_ru
         n = words[6 + 2 * 2 + 2]  # B's rank, then its sizes (K, N)
         assert route.problem.dims == {"m": m, "n": n, "k": k}
         assert route.calls == 20
+
+
+@needs_native
+@pytest.mark.parametrize("rows", [(8,), (2, 4)], ids=["2-d", "3-d"])
+@pytest.mark.parametrize("with_bias", [False, True], ids=["no-bias", "bias"])
+def test_f_linears_hit_goes_from_cpp_to_the_runtimes_run(
+    make_runtime, cpu_hardware, rows, with_bias
+):
+    x, w, bias = torch.randn(*rows, 16), torch.randn(12, 16), torch.randn(12)
+    b = bias if with_bias else None
+    problem = gemm_problem(x.reshape(-1, 16), w.t(), tf32=False)
+    rt = make_runtime(entries=[entry_for(problem, cpu_hardware, scaled())])
+    provider = rt.providers["cpu-scaled"]
+    expected = F.linear(x, w, b)
+    with torch.no_grad(), tuned(RuntimeSession(runtime=rt)):
+        F.linear(x, w, b)  # decided, checked and filed in Python
+        before = provider.calls
+        with python_frames() as frames:
+            out = F.linear(x, w, b)
+    assert provider.calls == before + 1
+    assert "linear" not in frames and "linear_with" not in frames
+    assert out.shape == expected.shape
+    assert torch.allclose(out, expected, atol=1e-5)
+    (route,) = rt.decisions()
+    assert route.calls == 2
+
+
+@needs_native
+def test_a_held_route_runs_the_default_from_cpp(make_runtime, cpu_hardware):
+    x, w = torch.randn(8, 16), torch.randn(12, 16)
+    problem = gemm_problem(x, w.t(), tf32=False)
+    rt = make_runtime(entries=[entry_for(problem, cpu_hardware, scaled())])
+    provider = rt.providers["cpu-scaled"]
+    with torch.no_grad(), tuned(RuntimeSession(runtime=rt)):
+        F.linear(x, w)
+        (route,) = rt.decisions()
+        route.held = True  # the step check's default step
+        before = provider.calls
+        F.linear(x, w), torch.mm(x, w.t())
+        assert provider.calls == before
+        route.held = False
+        F.linear(x, w)
+        assert provider.calls == before + 1
