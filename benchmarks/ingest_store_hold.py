@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import json
 import pickle
-import statistics
 import sys
-import threading
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from ingest_validation_hold import summary, watched  # this folder, as the script runs
 from sqlalchemy.orm import Session
 
 from services.profiler_api.app import configure_collector
@@ -41,35 +38,6 @@ from tps.schemas import ProbeRunBatch
 BATCHES = 40
 SIZE = 50
 TICK_S = 0.0002
-
-
-def _watched(call: Callable[[], Any]) -> tuple[float, float]:
-    """Run `call()`; return its milliseconds and a ticking thread's longest gap (ms)."""
-    gaps: list[float] = []
-    done = threading.Event()
-
-    def tick() -> None:
-        last = time.perf_counter()
-        while not done.is_set():
-            time.sleep(TICK_S)
-            now = time.perf_counter()
-            gaps.append(now - last)
-            last = now
-
-    ticker = threading.Thread(target=tick)
-    ticker.start()
-    time.sleep(0.02)
-    gaps.clear()
-    start = time.perf_counter()
-    call()
-    took = time.perf_counter() - start
-    done.set()
-    ticker.join()
-    return took * 1e3, max(gaps) * 1e3
-
-
-def _summary(values: list[float]) -> dict[str, float]:
-    return {"median_ms": round(statistics.median(values), 2), "max_ms": round(max(values), 2)}
 
 
 def main(server_url: str) -> None:
@@ -99,7 +67,7 @@ def main(server_url: str) -> None:
         configure_collector(settings.gc_threshold)  # as a worker
         took, gaps, unpickle_ms, unpickle_gaps = [], [], [], []
         for i, data in enumerate(pickled):
-            ms, gap = _watched(lambda data=data: pickle.loads(data))
+            ms, gap = watched(lambda data=data: pickle.loads(data))
             parsed = pickle.loads(data)
 
             def write(parsed: Any = parsed) -> None:
@@ -111,16 +79,16 @@ def main(server_url: str) -> None:
                 continue
             unpickle_ms.append(ms)
             unpickle_gaps.append(gap)
-            ms, gap = _watched(write)
+            ms, gap = watched(write)
             took.append(ms)
             gaps.append(gap)
         measurements = sum(len(r.measurements) for r in runs[SIZE:])
         out.update(
             measurements_per_batch=round(measurements / BATCHES),
-            store=_summary(took),
-            store_gap=_summary(gaps),
-            unpickle=_summary(unpickle_ms),
-            unpickle_gap=_summary(unpickle_gaps),
+            store=summary(took),
+            store_gap=summary(gaps),
+            unpickle=summary(unpickle_ms),
+            unpickle_gap=summary(unpickle_gaps),
         )
         engine.dispose()
     print(json.dumps(out, indent=2))  # noqa: T201  (the script's output)

@@ -43,17 +43,7 @@ _TYPES = "text text text int8 int8 int8 float8 float8 float8 float8 timestamptz 
 _ADD_DELTAS = f"""
 INSERT INTO candidate_stats AS s ({repository.STATS_COLUMNS})
 SELECT * FROM unnest({", ".join(f"%b::{t}[]" for t in _TYPES.split())}) ORDER BY 1, 2, 3
-ON CONFLICT (hardware_id, problem_id, candidate_id) DO UPDATE SET
-    runs = s.runs + excluded.runs,
-    valid_measurements = s.valid_measurements + excluded.valid_measurements,
-    samples = s.samples + excluded.samples,
-    sum_log_median = s.sum_log_median + excluded.sum_log_median,
-    sum_sq_log_median = s.sum_sq_log_median + excluded.sum_sq_log_median,
-    min_median_us = LEAST(s.min_median_us, excluded.min_median_us),
-    max_median_us = GREATEST(s.max_median_us, excluded.max_median_us),
-    first_seen_at = LEAST(s.first_seen_at, excluded.first_seen_at),
-    last_seen_at = GREATEST(s.last_seen_at, excluded.last_seen_at)
-"""
+{repository.STATS_ON_CONFLICT}"""
 
 
 def _least(a: float | None, b: float | None, pick: Callable[[float, float], float]) -> Any:

@@ -66,6 +66,20 @@ STATS_COLUMNS = (
     "sum_log_median, sum_sq_log_median, min_median_us, max_median_us, first_seen_at, last_seen_at"
 )
 
+# How a delta is added to a stored aggregate row of the same key.
+STATS_ON_CONFLICT = """
+ON CONFLICT (hardware_id, problem_id, candidate_id) DO UPDATE SET
+    runs = s.runs + excluded.runs,
+    valid_measurements = s.valid_measurements + excluded.valid_measurements,
+    samples = s.samples + excluded.samples,
+    sum_log_median = s.sum_log_median + excluded.sum_log_median,
+    sum_sq_log_median = s.sum_sq_log_median + excluded.sum_sq_log_median,
+    min_median_us = LEAST(s.min_median_us, excluded.min_median_us),
+    max_median_us = GREATEST(s.max_median_us, excluded.max_median_us),
+    first_seen_at = LEAST(s.first_seen_at, excluded.first_seen_at),
+    last_seen_at = GREATEST(s.last_seen_at, excluded.last_seen_at)
+"""
+
 # Adds the aggregate deltas of runs %(run_ids)s, read back from their stored measurements,
 # to the stored aggregates. The runs are looked up by key, and the inner query aggregates one
 # run at a time (an index scan of its measurements, in its day's partition: a run and its
@@ -97,16 +111,7 @@ CROSS JOIN LATERAL (
 ) AS m
 GROUP BY r.hardware_id, r.problem_id, m.candidate_id
 ORDER BY r.hardware_id, r.problem_id, m.candidate_id
-ON CONFLICT (hardware_id, problem_id, candidate_id) DO UPDATE SET
-    runs = s.runs + excluded.runs,
-    valid_measurements = s.valid_measurements + excluded.valid_measurements,
-    samples = s.samples + excluded.samples,
-    sum_log_median = s.sum_log_median + excluded.sum_log_median,
-    sum_sq_log_median = s.sum_sq_log_median + excluded.sum_sq_log_median,
-    min_median_us = LEAST(s.min_median_us, excluded.min_median_us),
-    max_median_us = GREATEST(s.max_median_us, excluded.max_median_us),
-    first_seen_at = LEAST(s.first_seen_at, excluded.first_seen_at),
-    last_seen_at = GREATEST(s.last_seen_at, excluded.last_seen_at)
+{STATS_ON_CONFLICT}
 """
 
 
