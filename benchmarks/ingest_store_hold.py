@@ -22,7 +22,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from ingest_validation_hold import summary, watched  # this folder, as the script runs
+from ingest_validation_hold import TICK_S, summary, watched  # this folder, as the script runs
 from sqlalchemy.orm import Session
 
 from services.profiler_api.app import configure_collector
@@ -37,7 +37,6 @@ from tps.schemas import ProbeRunBatch
 
 BATCHES = 40
 SIZE = 50
-TICK_S = 0.0002
 
 
 def main(server_url: str) -> None:
