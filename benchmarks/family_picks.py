@@ -16,12 +16,16 @@ Prints one JSON object: the share of workloads whose pick is within 3% of the be
 kept the fastest (`within_3pct_after_k_probes`, k = 1 to 4), with the vendor default probed
 beside them as the agent always does (`..._with_default`).
 
-    .venv/bin/python benchmarks/family_picks.py > benchmarks/results/family_picks.json
+    .venv/bin/python benchmarks/family_picks.py [FILE ...] > benchmarks/results/family_picks.json
+
+FILE: probe-run files (default: the H200's); with several, each GPU's configurations are
+workloads of their own, and the model learns from all of them.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -133,7 +137,8 @@ def model_picks(data: TuningData, ranked: dict[str, Ranked]) -> dict[str, list[b
 
 def main() -> None:
     started = time.perf_counter()
-    data = TuningData.from_runs(load_runs([DATA])).for_op("gemm")
+    files = [Path(a) for a in sys.argv[1:]] or [DATA]
+    data = TuningData.from_runs(load_runs(files)).for_op("gemm")
     ranked: dict[str, Ranked] = {}
     picks = borrowed_picks(data, ranked) | model_picks(data, ranked)
     probes = {
@@ -146,7 +151,7 @@ def main() -> None:
     print(
         json.dumps(
             {
-                "data": str(DATA.relative_to(DATA.parents[2])),
+                "data": [str(f.resolve().relative_to(DATA.parents[2])) for f in files],
                 "date": datetime.now(UTC).isoformat(timespec="seconds"),
                 "workloads": {name: len(v) for name, v in picks.items()},
                 "within_3pct": {name: round(float(np.mean(v)), 3) for name, v in picks.items()},

@@ -1,12 +1,16 @@
 """Leave-one-GPU-out figures of the cross-architecture model, as BENCHMARKS.md shows them.
 
 Runs `tps evaluate --all --json` on the Kernel Tuner data (benchmarks/data/kernel_tuner, or
-TPS_KERNEL_TUNER_DATA) and, when present, leave-one-configuration-out on the H200 GEMM probe
-runs in benchmarks/data/; writes the raw reports to benchmarks/results/model_*.json, a score@k
-plot per dataset, and prints the Markdown tables.
+TPS_KERNEL_TUNER_DATA) and, when present, leave-one-configuration-out on the GEMM probe runs
+in benchmarks/data/ (the H200's and the H100's, learnt from together); writes the raw reports
+to benchmarks/results/model_*.json, a score@k plot per dataset, and prints the Markdown tables.
 
-    .venv/bin/python benchmarks/model_eval.py [--kernel-tuner DIR] [--gemm DIR] [--skip-gemm]
-        [--skip-kernel-tuner] [--families]
+    .venv/bin/python benchmarks/model_eval.py [--kernel-tuner DIR] [--gemm PATH ...]
+        [--gemm-name NAME] [--skip-gemm] [--skip-kernel-tuner] [--families]
+
+The H200's runs alone, as the sections before 2026-12-07 measured them:
+    .venv/bin/python benchmarks/model_eval.py --skip-kernel-tuner \
+        --gemm benchmarks/data/gemm_h200_probe_runs.jsonl.gz --gemm-name model_gemm_loco
 """
 
 from __future__ import annotations
@@ -35,8 +39,9 @@ def machine() -> str:
     return f"{platform.machine()} {platform.processor() or ''} {cpus} CPUs, no GPU".strip()
 
 
-def run_evaluate(data: Path, plot: Path) -> tuple[dict, list[str], float]:
-    command = [TPS, "evaluate", "--data", str(data), "--all", "--json", "--threads", "1"]
+def run_evaluate(data: list[Path], plot: Path) -> tuple[dict, list[str], float]:
+    command = [TPS, "evaluate", *(a for p in data for a in ("--data", str(p)))]
+    command += ["--all", "--json", "--threads", "1"]
     command += ["--plot", str(plot)]
     started = time.perf_counter()
     out = subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO)
@@ -120,16 +125,16 @@ def policy_table(reports: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def gemm_families(data: Path) -> dict:
+def gemm_families(data: list[Path]) -> dict:
     from models.data_files import load_runs
     from models.dataset import TuningData
     from models.families import family_oracle_loss
 
-    tuning = TuningData.from_runs(load_runs([data]))
+    tuning = TuningData.from_runs(load_runs(data))
     return family_oracle_loss(tuning, op="gemm", n_families=8)
 
 
-def evaluate(name: str, data: Path, out: Path, plot: Path, extra: dict | None = None) -> None:
+def evaluate(name: str, data: list[Path], out: Path, plot: Path, extra: dict | None = None) -> None:
     payload, command, wall = run_evaluate(data, plot)
     relative = [c if not c.startswith(str(REPO)) else os.path.relpath(c, REPO) for c in command]
     doc = {
@@ -155,7 +160,10 @@ def main() -> None:
     parser.add_argument(
         "--kernel-tuner", type=Path, default=find_dataset(LocalSettings().kernel_tuner_data)
     )
-    parser.add_argument("--gemm", type=Path, default=REPO / "benchmarks" / "data")
+    parser.add_argument(
+        "--gemm", type=Path, action="append", help="probe-run files or folders (repeatable)"
+    )
+    parser.add_argument("--gemm-name", default="model_gemm_loco_h200_h100")
     parser.add_argument("--skip-gemm", action="store_true")
     parser.add_argument("--skip-kernel-tuner", action="store_true")
     parser.add_argument("--families", action="store_true", help="also the GEMM shape families")
@@ -165,21 +173,24 @@ def main() -> None:
         for kernel in ("convolution", "dedispersion"):
             evaluate(
                 f"Kernel Tuner {kernel}, leave-one-GPU-out",
-                args.kernel_tuner / f"{kernel}_milo",
+                [args.kernel_tuner / f"{kernel}_milo"],
                 RESULTS / f"model_loo_{kernel}.json",
                 RESULTS / f"model_score_at_k_{kernel}.png",
             )
     # The probe-run files alone: the data folder also holds the Kernel Tuner caches.
-    gemm_files = sorted(args.gemm.glob("*.jsonl*")) if args.gemm.is_dir() else [args.gemm]
+    gemm_files = [
+        f
+        for path in args.gemm or [REPO / "benchmarks" / "data"]
+        for f in (sorted(path.glob("*.jsonl*")) if path.is_dir() else [path])
+    ]
     if not args.skip_gemm and gemm_files:
-        if len(gemm_files) > 1:
-            raise SystemExit(f"one GEMM probe-run file expected in {args.gemm}: {gemm_files}")
         evaluate(
-            "H200 GEMM, leave-one-configuration-out (SM limits, dtypes)",
-            gemm_files[0],
-            RESULTS / "model_gemm_loco.json",
-            RESULTS / "model_gemm_score_at_k.png",
-            extra={"families": gemm_families(gemm_files[0])} if args.families else None,
+            "GEMM, leave-one-configuration-out (GPUs, SM limits, dtypes): "
+            + ", ".join(f.name for f in gemm_files),
+            gemm_files,
+            RESULTS / f"{args.gemm_name}.json",
+            RESULTS / f"{args.gemm_name.replace('_loco', '_score_at_k')}.png",
+            extra={"families": gemm_families(gemm_files)} if args.families else None,
         )
 
 

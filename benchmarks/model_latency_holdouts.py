@@ -6,24 +6,28 @@ holdout's problems, for: the anchored booster (`anchored_us`), the pooled anchor
 from (the closest measured devices' latencies carried by the roofline, for the candidates
 that have one), and the model's `predicted_us` (`predict_frame`).
 
-    .venv/bin/python benchmarks/model_latency_holdouts.py \
+    .venv/bin/python benchmarks/model_latency_holdouts.py [FILE ...] \
         > benchmarks/results/model_latency_holdouts.json
+
+FILE: probe-run files to learn from and hold out (default: the H200's); several are learnt
+from together, e.g. benchmarks/data/gemm_h200_probe_runs.jsonl.gz
+benchmarks/data/gemm_h100_probe_runs.jsonl.gz.
 """
 
 from __future__ import annotations
 
-import gzip
 import json
 import platform
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from models.data_files import load_runs
 from models.dataset import TuningData
 from models.selection import FoldModels, configurations, holdout_mask
-from tps.schemas import ProbeRun
 
 DATA = Path(__file__).resolve().parent / "data" / "gemm_h200_probe_runs.jsonl.gz"
 
@@ -46,9 +50,8 @@ def _split(parts: dict[str, list[np.ndarray]]) -> dict[str, Any]:
 
 
 def main() -> None:
-    with gzip.open(DATA, "rt") as lines:
-        runs = [ProbeRun.model_validate_json(line) for line in lines]
-    data = TuningData.from_runs(runs).for_op("gemm")
+    files = [Path(a) for a in sys.argv[1:]] or [DATA]
+    data = TuningData.from_runs(load_runs(files)).for_op("gemm")
     folds = FoldModels(data, op="gemm")
     holdouts = []
     for holdout in configurations(data):
@@ -102,7 +105,7 @@ def main() -> None:
     print(
         json.dumps(
             {
-                "command": "python benchmarks/model_latency_holdouts.py",
+                "command": " ".join(["python benchmarks/model_latency_holdouts.py", *sys.argv[1:]]),
                 "machine": f"{platform.machine()}, Python {platform.python_version()}",
                 "date": datetime.now(UTC).isoformat(timespec="seconds"),
                 "holdouts": holdouts,
