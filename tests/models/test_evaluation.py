@@ -155,3 +155,23 @@ def test_evaluation_ranks_as_serving_does_the_shortlist_first(
     served_frame = model.predict_frame(a6000, problem, served)
     served_order = BlendPolicy().rank(source_rankings(model, a6000, problem, served_frame)).order
     assert head == [served[i].id for i in served_order]
+
+
+def test_the_shipped_gemm_runs_of_two_gpus_hold_out_one_configuration_at_a_time() -> None:
+    from models.data_files import load_runs
+    from models.selection import configurations, holdout_mask
+    from tests.models.conftest import REPO_ROOT
+
+    data_dir = REPO_ROOT / "benchmarks" / "data"
+    files = [data_dir / "gemm_h200_probe_runs.jsonl.gz", data_dir / "gemm_h100_probe_runs.jsonl.gz"]
+    data = TuningData.from_runs(load_runs(files)).for_op("gemm")
+    names = configurations(data)
+    assert len(names) == 12
+    assert "NVIDIA H200/tf32" in names and "NVIDIA H100 80GB HBM3/tf32" in names
+    dtype = data.frame["problem_hash"].map({k: p.dtype for k, p in data.problems.items()})
+    labels = data.frame["hw_key"].map(data.hardware_labels())
+    mask, held = holdout_mask(data, "NVIDIA H200/tf32")
+    # only the H200's whole chip in tf32 is held out; the H100's tf32 stays to learn from
+    assert set(labels[mask]) == {"NVIDIA H200"} and set(dtype[mask]) == {"tf32"}
+    assert ((labels == "NVIDIA H100 80GB HBM3") & (dtype == "tf32") & ~mask).sum() > 900
+    assert {data.hardware_labels()[k] for k in held} == {"NVIDIA H200"}
