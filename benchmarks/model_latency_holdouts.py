@@ -4,7 +4,8 @@ For each configuration of the H200 GEMM data left out (`tps evaluate`'s fold mod
 median absolute percentage error of each problem's candidates, then the mean over the
 holdout's problems, for: the anchored booster (`anchored_us`), the pooled anchor it starts
 from (the closest measured devices' latencies carried by the roofline, for the candidates
-that have one), and the model's `predicted_us` (`predict_frame`).
+that have one), the nearest anchor alone (the closest device that ran each candidate,
+carried the same way), and the model's `predicted_us` (`predict_frame`).
 
     .venv/bin/python benchmarks/model_latency_holdouts.py [FILE ...] \
         > benchmarks/results/model_latency_holdouts.json
@@ -59,6 +60,7 @@ def main() -> None:
         errors: dict[str, list[float]] = {
             "anchored_booster": [],
             "pooled_anchor": [],
+            "nearest_anchor": [],
             "predicted_us": [],
         }
         test = data.frame[holdout_mask(data, holdout)[0]]
@@ -90,6 +92,7 @@ def main() -> None:
             for name, predicted in (
                 ("anchored_booster", booster),
                 ("pooled_anchor", starts["anchor"]),
+                ("nearest_anchor", np.exp(anchors["anc_log_us"] + anchors["anc_log_scale"])),
                 ("predicted_us", frame["predicted_us"].to_numpy(dtype=float)),
             ):
                 if predicted is not None and (ape := median_ape(predicted, measured)) is not None:
