@@ -57,6 +57,9 @@ def main() -> None:
     parser.add_argument("--database-url", default="postgresql+psycopg://postgres@127.0.0.1/test")
     parser.add_argument("--busy", type=float, default=0.0, help="share of the time, 0 to 0.9")
     parser.add_argument("--switch-interval", type=float, default=None, help="seconds")
+    parser.add_argument(
+        "--answer-processes", type=int, default=1, help="TPS_MODEL_ANSWER_PROCESSES (0: threads)"
+    )
     args = parser.parse_args()
     if args.switch_interval is not None:
         sys.setswitchinterval(args.switch_interval)
@@ -68,7 +71,13 @@ def main() -> None:
             with ServiceClient.connect(service.base_url, token=token, timeout_s=120.0) as agent:
                 push_runs(agent, split.train)
         _restore_model(url, _model_file(PriorsBenchConfig()))
-        app = create_app(Settings(database_url=url, training_worker=False, rate_limit_per_s=1e6))
+        settings = Settings(
+            database_url=url,
+            training_worker=False,
+            rate_limit_per_s=1e6,
+            model_answer_processes=args.answer_processes,
+        )
+        app = create_app(settings)
         answers: list[float] = []
         requests: list[float] = []
         with TestClient(app) as client:
@@ -86,6 +95,10 @@ def main() -> None:
             headers = {"Authorization": f"Bearer {token}", "content-type": "application/json"}
             calls = _model_calls(split, config)
             client.post("/v1/priors", content=calls[0].body, headers=headers)  # loads the model
+            pool = app.state.answer_pool
+            deadline = time.monotonic() + 120.0
+            while pool.ready() < pool.processes and time.monotonic() < deadline:
+                time.sleep(0.05)  # the answering processes load their copy of the model
             answers.clear()
             stop = threading.Event()
             threading.Thread(target=_busy, args=(args.busy, stop), daemon=True).start()
@@ -99,6 +112,7 @@ def main() -> None:
         "questions": len(requests),
         "busy_share": args.busy,
         "switch_interval_s": sys.getswitchinterval(),
+        "answer_processes": args.answer_processes,
         "request": _summary(requests),
         "answer": _summary(answers),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),

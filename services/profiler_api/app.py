@@ -40,6 +40,7 @@ from services.profiler_api.model_registry.cache import ActiveModelCache
 from services.profiler_api.model_registry.router import router as models_router
 from services.profiler_api.openapi import build_openapi
 from services.profiler_api.ops.router import router as ops_router
+from services.profiler_api.priors.answering import AnswerPool
 from services.profiler_api.priors.cache import ChangeListener, PriorAnswerCache
 from services.profiler_api.priors.fastpath import CachedPriorsMiddleware
 from services.profiler_api.priors.router import router as priors_router
@@ -104,6 +105,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     finally:
         stop.set()
         await run_in_threadpool(app.state.parse_pool.close)
+        await run_in_threadpool(app.state.answer_pool.close)
         engine.dispose()
         read_engine.dispose()
 
@@ -143,10 +145,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     metrics = ServiceMetrics()
     app.state.settings = settings
     app.state.metrics = metrics
-    active = ActiveModelCache(check_interval_s=settings.model_check_interval_s)
+    answer_pool = AnswerPool(
+        settings.model_answer_processes,
+        on_answer=lambda where: metrics.model_answers.labels(where).inc(),
+    )
+    app.state.answer_pool = answer_pool
+    active = ActiveModelCache(
+        check_interval_s=settings.model_check_interval_s, on_load=answer_pool.publish
+    )
     app.state.active_model = active
     sources = build_prior_sources(
-        settings.prior_sources, active=active, shared=_shared_answers(settings)
+        settings.prior_sources, active=active, shared=_shared_answers(settings), pool=answer_pool
     )
     cache = PriorAnswerCache(size=settings.priors_cache_size, ttl_s=settings.priors_cache_ttl_s())
     app.state.prior_service = PriorService(

@@ -98,6 +98,12 @@ class ServiceMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.model_answers = Counter(
+            "tps_model_answers",
+            "Model answers computed, by where: an answering process, or the API process",
+            ["where"],
+            registry=self.registry,
+        )
 
     def render(self, state: CollectorRegistry | None = None) -> bytes:
         """Return the text exposition of every metric, summed over the worker processes.

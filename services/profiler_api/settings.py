@@ -96,6 +96,12 @@ class Settings(BaseSettings):
     ingest_parse_nice: int = Field(
         default=10, ge=0, le=19, description="CPU niceness of ingest's validating processes"
     )
+    # Model answers are computed in processes that hold a copy of the active model, so that
+    # their CPU work never shares the interpreter with the event loop; 0 computes them on a
+    # worker thread of the API process.
+    model_answer_processes: int = Field(
+        default=1, ge=0, le=64, description="processes computing model answers, per API process"
+    )
     # Ingest allocates many small objects; fewer young-generation collections keep it fast.
     gc_threshold: int = Field(default=50_000, gt=0)
 

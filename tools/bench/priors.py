@@ -365,6 +365,18 @@ def _answer_buckets(base_url: str) -> dict[str, dict[float, float]]:
     return buckets
 
 
+def _model_answers_where(base_url: str) -> dict[str, int]:
+    """Return the model answers computed so far, by where (`tps_model_answers`)."""
+    text = httpx.get(f"{base_url}/metrics", timeout=30.0).text
+    return {
+        sample.labels["where"]: int(sample.value)
+        for family in text_string_to_metric_families(text)
+        if family.name == "tps_model_answers"
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    }
+
+
 def _computed_between(
     before: dict[str, dict[float, float]], after: dict[str, dict[float, float]]
 ) -> dict[str, dict[str, Any]]:
@@ -511,8 +523,13 @@ def run_priors_bench(
                 hey = {"priors": hey_priors.summary(), "healthz": hey_health.summary()}
             say(f"open loop at {config.rate:.0f}/s: observed, then model")
             answers_before = _answer_buckets(service.base_url)
+            where_before = _model_answers_where(service.base_url)
             quiet = _open_loops(service.base_url, headers, config, calls)
             computed = _computed_between(answers_before, _answer_buckets(service.base_url))
+            where = {
+                k: n - where_before.get(k, 0)
+                for k, n in _model_answers_where(service.base_url).items()
+            }
             ingest: dict[str, Any] = {}
             if config.ingest_rate:
                 say(f"open loops again beside {config.ingest_rate:,} measurements/s of ingest")
@@ -566,6 +583,9 @@ def run_priors_bench(
         "stats_p50_ms": round(1000 * sorted(stats_s[1:])[len(stats_s[1:]) // 2], 2),
         # the quiet open loops' answers computed, not cached, by source
         "computed_answers": computed,
+        # where the quiet model loop's answers were computed (TPS_MODEL_ANSWER_PROCESSES)
+        "model_answers_where": where,
+        "model_answer_processes": Settings().model_answer_processes,
         **ingest,
         "closed_loop": {"priors": closed_priors.summary(), "healthz": closed_health.summary()},
         "closed_loop_hey": hey or None,

@@ -41,10 +41,16 @@ class ActiveModelCache:
     """Return the active model; ask the database which one that is at most once per interval."""
 
     def __init__(
-        self, *, check_interval_s: float = 1.0, clock: Callable[[], float] = time.monotonic
+        self,
+        *,
+        check_interval_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        on_load: Callable[[int, bytes, str], None] | None = None,
     ) -> None:
         self.check_interval_s = check_interval_s
         self.clock = clock
+        # Told each version loaded, with its artifact and checksum (the answering processes).
+        self.on_load = on_load
         self._lock = threading.Lock()
         self._loaded: LoadedModel | None = None
         self._checked_at = -math.inf
@@ -89,4 +95,6 @@ class ActiveModelCache:
             return None
         bundle.warm_up()  # here, not in the first priors request after the switch
         log.info("loaded model v%d (ops %s)", version, bundle.ops)
+        if self.on_load is not None:
+            self.on_load(version, artifact, digest)
         return LoadedModel(version=version, bundle=bundle)

@@ -8,30 +8,21 @@ known hardware's measured one when that is very like the asking hardware (source
 
 from __future__ import annotations
 
-import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 
-import numpy as np
 from sqlalchemy.orm import Session
 
-from models import priors as model_priors
-from models.families import shape_vector
 from services.profiler_api.model_registry.cache import ActiveModelCache, LoadedModel
+from services.profiler_api.priors.answering import AnswerKind, AnswerPool
 from services.profiler_api.priors.compiled import is_compiled
 from services.profiler_api.priors.query import PriorQuery
 from services.profiler_api.priors.shared import SharedAnswers
-from tps.candidate import Candidate
-from tps.schemas import Prior, PriorCandidate, PriorSource
+from tps.schemas import Prior
 
 MEMO_SIZE = 4096
-FAMILY_CONFIDENCE = 0.5
-FAMILY_RATIONALE = (
-    "ordered by the measured winners of the problem's shape family (k-means on its dims, "
-    "this hardware's own measurements first); predicted_us is the {op} model's estimate"
-)
 
 
 class AnswerMemo:
@@ -76,40 +67,22 @@ class AnswerMemo:
         return prior
 
 
-def _prior(
-    query: PriorQuery,
-    entries: list[tuple[Candidate, float | None, PriorSource, float]],
-    rationale: str | None = None,
-) -> Prior:
-    candidates = [
-        PriorCandidate(
-            candidate_id=candidate.id,
-            candidate=candidate,
-            rank=rank,
-            predicted_us=round(predicted, 4) if predicted is not None else None,
-            source=source,
-            confidence=confidence,
-        )
-        for rank, (candidate, predicted, source, confidence) in enumerate(entries)
-    ]
-    return query.empty("").model_copy(
-        update={
-            "source": candidates[0].source,
-            "candidates": candidates,
-            "reason": None,
-            "rationale": rationale,
-        }
-    )
-
-
 class _ActiveModelBackend:
     """Answer from the active model, each answer computed once per model version."""
 
     name = "model"
+    kind: AnswerKind = "model"
 
-    def __init__(self, active: ActiveModelCache, shared: SharedAnswers | None = None) -> None:
+    def __init__(
+        self,
+        active: ActiveModelCache,
+        shared: SharedAnswers | None = None,
+        pool: AnswerPool | None = None,
+    ) -> None:
         self.active = active
         self.memo = AnswerMemo(shared=shared)
+        # Where the answers are computed: processes of their own, or this thread (0).
+        self.pool = pool if pool is not None else AnswerPool(0)
 
     def _loaded(self, session: Session, query: PriorQuery) -> LoadedModel | Prior:
         if is_compiled(query.problem):
@@ -132,17 +105,7 @@ class _ActiveModelBackend:
         return self.memo.get(key, lambda: self._answer(loaded, query))
 
     def _answer(self, loaded: LoadedModel, query: PriorQuery) -> Prior:
-        model = loaded.bundle.models[query.problem.op]
-        if query.problem_hash not in model.reference_.problems:
-            return query.empty(
-                f"model v{loaded.version} never saw {query.problem.canonical()} (family answers)"
-            )
-        ranked = model_priors.rank(loaded.bundle, query.hardware, query.problem, limit=query.limit)
-        return _prior(
-            query,
-            [(r.candidate, r.predicted_us, r.source, r.confidence) for r in ranked],
-            model_priors.rationale(loaded.bundle, query.problem.op, ranked),
-        )
+        return self.pool.answer(self.kind, loaded.version, loaded.bundle, query)
 
 
 class ModelPriors(_ActiveModelBackend):
@@ -153,30 +116,4 @@ class FamilyPriors(_ActiveModelBackend):
     """Rank a never-seen problem by its shape family's winners."""
 
     name = "family"
-
-    def _answer(self, loaded: LoadedModel, query: PriorQuery) -> Prior:
-        bundle, problem = loaded.bundle, query.problem
-        winners = model_priors.family_winners(bundle, query.hardware, problem, k=query.limit)
-        if not winners:
-            return query.empty(f"model v{loaded.version}: no family winners for {problem.op!r}")
-        families = bundle.families[problem.op]
-        distance = float(
-            np.min(
-                np.linalg.norm(
-                    families.centers_ - shape_vector(problem, families.dim_names_), axis=1
-                )
-            )
-        )
-        # Far from every family centre, the family says less about this shape.
-        confidence = round(FAMILY_CONFIDENCE * math.exp(-distance / 4.0), 4)
-        predicted = bundle.models[problem.op].predict_frame(query.hardware, problem, winners)
-        entries: list[tuple[Candidate, float | None, PriorSource, float]] = [
-            (c, float(us) if np.isfinite(us) else None, "family", confidence)
-            for c, us in zip(winners, predicted["predicted_us"], strict=True)
-        ]
-        ordered = all(
-            a[1] is not None and b[1] is not None and a[1] <= b[1]
-            for a, b in zip(entries, entries[1:], strict=False)
-        )
-        why = None if ordered else FAMILY_RATIONALE.format(op=problem.op)
-        return _prior(query, entries, why)
+    kind: AnswerKind = "family"
