@@ -145,6 +145,8 @@ def _stats(fleet: Any) -> dict[str, Any]:
         "kernels_likely": s.kernels_likely,
         "kernels_descended": s.kernels_descended,
         "kernel_likely_us": s.kernel_likely_us,
+        "kernel_likely_spread": s.kernel_likely_spread,
+        "kernel_descents": s.kernel_descents,
     }
 
 

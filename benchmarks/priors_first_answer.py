@@ -58,7 +58,7 @@ def main() -> None:
     parser.add_argument("--busy", type=float, default=0.0, help="share of the time, 0 to 0.9")
     parser.add_argument("--switch-interval", type=float, default=None, help="seconds")
     parser.add_argument(
-        "--answer-processes", type=int, default=1, help="TPS_MODEL_ANSWER_PROCESSES (0: threads)"
+        "--answer-processes", type=int, default=0, help="TPS_MODEL_ANSWER_PROCESSES (0: threads)"
     )
     args = parser.parse_args()
     if args.switch_interval is not None:

@@ -283,6 +283,22 @@ class CompiledStats:
     kernels_descended: int = 0  # of those, tuned further by coordinate descent
     # each kernel timed among the most similar hardware's fastest: its fastest there (µs)
     kernel_likely_us: list[float] = field(default_factory=list)
+    # and how much slower the slowest of those it timed was (slowest / fastest)
+    kernel_likely_spread: list[float] = field(default_factory=list)
+    # each kernel descended: [fastest likely µs, fastest after the descent µs, seconds]
+    kernel_descents: list[list[float]] = field(default_factory=list)
+
+
+def _fastest_timed_us(autotuner: Any, otherwise_us: float) -> float:
+    """The fastest time (µs) in a kernel's tuner cache, or `otherwise_us` where it has none."""
+    tuner = getattr(autotuner, "coordesc_tuner", None)
+    results = dict(getattr(tuner, "cached_benchmark_results", None) or {})
+    times = [
+        float(ms) * 1e3
+        for ms in results.values()
+        if isinstance(ms, int | float) and math.isfinite(ms) and ms > 0
+    ]
+    return min(times, default=otherwise_us)
 
 
 class InductorFleet:
@@ -568,7 +584,15 @@ class InductorFleet:
             if self.kernel_descend and fastest_us >= self.kernel_descend_min_us:
                 # the descent starts from the fastest likely configuration
                 self.stats.kernels_descended += 1
+                descent = time.perf_counter()
                 winner = tune(autotuner, winner, *args, **kwargs)
+                self.stats.kernel_descents.append(
+                    [
+                        round(fastest_us, 3),
+                        round(_fastest_timed_us(autotuner, fastest_us), 3),
+                        round(time.perf_counter() - descent, 3),
+                    ]
+                )
         self.stats.kernel_tune_s += time.perf_counter() - start
         self.record_kernel(problem, autotuner, winner)
         return winner
@@ -607,6 +631,7 @@ class InductorFleet:
         fastest.config.found_by_coordesc = True  # inductor tunes it no further
         self.stats.kernels_likely += 1
         self.stats.kernel_likely_us.append(round(ms * 1e3, 3))
+        self.stats.kernel_likely_spread.append(round(max(t[0] for t in timed) / ms, 4))
         return fastest, ms * 1e3
 
     def record_kernel(self, problem: ProblemKey, autotuner: Any, winner: Any) -> None:

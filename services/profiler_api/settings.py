@@ -96,11 +96,11 @@ class Settings(BaseSettings):
     ingest_parse_nice: int = Field(
         default=10, ge=0, le=19, description="CPU niceness of ingest's validating processes"
     )
-    # Model answers are computed in processes that hold a copy of the active model, so that
-    # their CPU work never shares the interpreter with the event loop; 0 computes them on a
-    # worker thread of the API process.
+    # Model answers may be computed in processes that hold a copy of the active model, so that
+    # their CPU work never shares the interpreter with the event loop; 0 (the default: on a
+    # 2-core box the processes made the model p99 worse) computes them on a worker thread.
     model_answer_processes: int = Field(
-        default=1, ge=0, le=64, description="processes computing model answers, per API process"
+        default=0, ge=0, le=64, description="processes computing model answers, per API process"
     )
     # Ingest allocates many small objects; fewer young-generation collections keep it fast.
     gc_threshold: int = Field(default=50_000, gt=0)
