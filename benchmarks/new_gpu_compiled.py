@@ -147,6 +147,7 @@ def _stats(fleet: Any) -> dict[str, Any]:
         "kernel_likely_us": s.kernel_likely_us,
         "kernel_likely_spread": s.kernel_likely_spread,
         "kernel_descents": s.kernel_descents,
+        "kernel_descent_names": s.kernel_descent_names,
     }
 
 

@@ -210,6 +210,15 @@ def kernel_problem(autotuner: Any) -> ProblemKey | None:
 _KERNEL_NAME = re.compile(r"def\s+(\w+)\s*\(")
 
 
+def _kernel_name(autotuner: Any) -> str:
+    """A generated kernel's name in its graph (`triton_poi_fused_add_3`), or "" unknown."""
+    try:
+        found = _KERNEL_NAME.search(str(autotuner.fn.src))
+    except AttributeError:
+        return ""
+    return found.group(1) if found is not None else ""
+
+
 def _anonymous(source: str) -> str:
     """A kernel's source without its name, which ends in a counter of the graph it is in
     (`triton_poi_fused_add_3`): the same kernel in another graph, or another host's graph
@@ -287,6 +296,8 @@ class CompiledStats:
     kernel_likely_spread: list[float] = field(default_factory=list)
     # each kernel descended: [fastest likely µs, fastest after the descent µs, seconds]
     kernel_descents: list[list[float]] = field(default_factory=list)
+    # and its name in the graph (`triton_red_fused_...`: its kind of heuristic and its ops)
+    kernel_descent_names: list[str] = field(default_factory=list)
 
 
 def _fastest_timed_us(autotuner: Any, otherwise_us: float) -> float:
@@ -593,6 +604,7 @@ class InductorFleet:
                         round(time.perf_counter() - descent, 3),
                     ]
                 )
+                self.stats.kernel_descent_names.append(_kernel_name(autotuner))
         self.stats.kernel_tune_s += time.perf_counter() - start
         self.record_kernel(problem, autotuner, winner)
         return winner

@@ -1050,6 +1050,7 @@ def test_kernel_descend_passes_over_a_kernel_shorter_than_its_threshold(
     # the slowest configuration timed, against the fastest: 25 µs / 12 µs
     assert fleet.stats.kernel_likely_spread == [round(25 / 12, 4)]
     assert [d[0] for d in fleet.stats.kernel_descents] == ([12.0] if descends else [])
+    assert fleet.stats.kernel_descent_names == (["triton_red_fused_mm_0"] if descends else [])
     # descended: what the descent chose; passed over: the fastest likely configuration
     assert launched.config.kwargs["R0_BLOCK"] == (256 if descends else 128)
 
