@@ -88,6 +88,11 @@ VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"kernel_descend": True, "kernel_descend_min_us": 20.0},
         {"trace.ir_post_fusion": True},
     ),
+    # every kind of kernel over the bar descended, the norms' reductions too (the defaults before)
+    "descend_reductions": (
+        {"kernel_descend_reductions": True},
+        {"trace.draw_orig_fx_graph": False},
+    ),
     "finalists": ({"likely_finalists": 8}, {"trace.graph_diagram": False}),
     "likely4": ({"likely": 4}, {"trace.compile_profile": False}),
     "epilogues": ({"epilogues": True}, {"benchmark_epilogue_fusion": True}),

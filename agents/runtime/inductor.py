@@ -36,7 +36,8 @@ its size hints and the torch and Triton versions): the next host of the same GPU
 the fleet's configuration without tuning it. A GPU model new to a kernel that the most similar
 hardware tuned times inductor's own configuration and that hardware's `kernel_likely` (4)
 fastest; where the fastest of them takes `kernel_descend_min_us` (20 µs) a launch or more,
-coordinate descent tunes it further from there. It records them as its own tuning.
+and the kernel is pointwise or fuses a matrix product, coordinate descent tunes it further
+from there. It records them as its own tuning.
 
 Inside the block inductor's own caches are off: their keys know nothing of the fleet's
 choices, so a graph compiled before (by this host's search, or without TPS) would come back
@@ -96,6 +97,16 @@ KERNEL_LIKELY = 4
 # 2.65 s for 0.998; none, 2.74 s for 0.919 (BENCHMARKS.md).
 KERNEL_DESCEND = True
 KERNEL_DESCEND_MIN_US = 20.0
+# Whether a reduction that fuses no matrix product (a norm, a mean) is descended too. Its
+# descent bought nothing in 8 of 8 cases and took 6.6 of 10.7 s of tuning on the same green
+# context at batch 32, while every kernel whose descent gained was pointwise or fused a
+# product (a row of a matrix product lowered to a reduction, at batch 1; BENCHMARKS.md). A
+# kernel's kind and ops are read from its name (`triton_red_fused_mm_mul_3`), which inductor
+# makes of the original aten ops (`triton.descriptive_names`); a name without them reads as
+# a reduction of no product.
+KERNEL_DESCEND_REDUCTIONS = False
+# the aten ops of a matrix product, as they appear among a kernel name's fused ops
+PRODUCT_OPS = frozenset({"mm", "bmm", "addmm", "baddbmm", "addmv", "mv", "matmul", "dot"})
 # A search's finalists, timed again before its winner is recorded for the fleet: every
 # configuration within FINALIST_SPREAD of the fastest, at most FINALISTS of them, each in
 # FINALIST_ROUNDS rounds whose order turns, by its kernels' device time.
@@ -217,6 +228,16 @@ def _kernel_name(autotuner: Any) -> str:
     except AttributeError:
         return ""
     return found.group(1) if found is not None else ""
+
+
+def _plain_reduction(name: str) -> bool:
+    """Whether a kernel named `name` in its graph is a reduction fusing no matrix product
+    (`triton_red_fused_add_mean_pow_rsqrt_2`, `triton_per_fused_...`, or no name)."""
+    kind, _, rest = name.removeprefix("triton_").partition("_")
+    if kind == "poi":
+        return False
+    ops = set(rest.split("_"))
+    return not (ops & PRODUCT_OPS)
 
 
 def _anonymous(source: str) -> str:
@@ -341,6 +362,7 @@ class InductorFleet:
         kernel_likely: int = KERNEL_LIKELY,
         kernel_descend: bool = KERNEL_DESCEND,
         kernel_descend_min_us: float = KERNEL_DESCEND_MIN_US,
+        kernel_descend_reductions: bool = KERNEL_DESCEND_REDUCTIONS,
         likely_finalists: int = LIKELY_FINALISTS,
     ) -> None:
         if shortlist < 1:
@@ -370,6 +392,7 @@ class InductorFleet:
         self.kernel_likely = kernel_likely
         self.kernel_descend = kernel_descend
         self.kernel_descend_min_us = kernel_descend_min_us
+        self.kernel_descend_reductions = kernel_descend_reductions
         self.stats = CompiledStats()
         self._asked: set[str] = set()
         self._recorded: set[str] = set()
@@ -592,7 +615,7 @@ class InductorFleet:
             winner = tune(autotuner, launcher, *args, **kwargs)
         else:
             winner, fastest_us = searched
-            if self.kernel_descend and fastest_us >= self.kernel_descend_min_us:
+            if self.descends(autotuner, fastest_us):
                 # the descent starts from the fastest likely configuration
                 self.stats.kernels_descended += 1
                 descent = time.perf_counter()
@@ -608,6 +631,15 @@ class InductorFleet:
         self.stats.kernel_tune_s += time.perf_counter() - start
         self.record_kernel(problem, autotuner, winner)
         return winner
+
+    def descends(self, autotuner: Any, fastest_us: float) -> bool:
+        """Whether coordinate descent tunes a kernel further from its fastest likely
+        configuration (`fastest_us` a launch): with `kernel_descend`, one of at least
+        `kernel_descend_min_us`, pointwise or fusing a matrix product, or any kind with
+        `kernel_descend_reductions`."""
+        if not self.kernel_descend or fastest_us < self.kernel_descend_min_us:
+            return False
+        return self.kernel_descend_reductions or not _plain_reduction(_kernel_name(autotuner))
 
     def search_kernel(
         self, problem: ProblemKey, autotuner: Any, launcher: Any, *args: Any, **kwargs: Any
@@ -1002,6 +1034,7 @@ def compiled(
     kernel_likely: int = KERNEL_LIKELY,
     kernel_descend: bool = KERNEL_DESCEND,
     kernel_descend_min_us: float = KERNEL_DESCEND_MIN_US,
+    kernel_descend_reductions: bool = KERNEL_DESCEND_REDUCTIONS,
     likely_finalists: int = LIKELY_FINALISTS,
     epilogues: bool = EPILOGUES,
     **options: Any,
@@ -1025,7 +1058,8 @@ def compiled(
     whole search), and that search's one timing decides (`likely_finalists` 0); a kernel it
     tuned, among its `kernel_likely` fastest launch configurations and inductor's own (0:
     coordinate descent; `kernel_descend`: coordinate descent from the fastest of them, for
-    a kernel whose fastest takes at least `kernel_descend_min_us` a launch).
+    a kernel whose fastest takes at least `kernel_descend_min_us` a launch, pointwise or
+    fusing a matrix product unless `kernel_descend_reductions`).
     `epilogues` has a search with several configurations time each one again with its
     neighbours fused (inductor's `benchmark_epilogue_fusion`, on under
     max-autotune); off, inductor fuses them by its rules, as it does the one configuration
@@ -1048,6 +1082,7 @@ def compiled(
         kernel_likely=kernel_likely,
         kernel_descend=kernel_descend,
         kernel_descend_min_us=kernel_descend_min_us,
+        kernel_descend_reductions=kernel_descend_reductions,
         likely_finalists=likely_finalists if gpu else 0,
     )
     handler = _choices_class()(fleet)
@@ -1099,7 +1134,8 @@ def compile(
 
     The model is called once with `example` (its positional arguments, or one tensor)
     inside `compiled` (`how`: shortlist, tune_kernels, device_time, finalists, likely,
-    kernel_likely, kernel_descend, kernel_descend_min_us, likely_finalists, epilogues),
+    kernel_likely, kernel_descend, kernel_descend_min_us, kernel_descend_reductions,
+    likely_finalists, epilogues),
     which searches and records what nobody measured yet. Where that compile searched, the
     model is compiled and called once more, from the winners just recorded (`recompile`):
     the program every other host of the fleet compiles. `options` are inductor's, for both compiles.

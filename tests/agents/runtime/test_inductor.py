@@ -1055,6 +1055,38 @@ def test_kernel_descend_passes_over_a_kernel_shorter_than_its_threshold(
     assert launched.config.kwargs["R0_BLOCK"] == (256 if descends else 128)
 
 
+@pytest.mark.usefixtures("without_triton")
+@pytest.mark.parametrize(
+    "name,reductions,descends",
+    [
+        ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_20", False, False),
+        ("triton_per_fused_add_mean_pow_rsqrt_4", False, False),
+        ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_20", True, True),
+        ("triton_red_fused__unsafe_view_mm_mul_silu_t_view_11", False, True),
+        ("triton_poi_fused__scaled_dot_product_efficient_attention_add_7", False, True),
+    ],
+)
+def test_kernel_descend_passes_over_a_reduction_that_fuses_no_product(
+    make_runtime, name, reductions, descends
+):
+    fleet = InductorFleet(
+        RuntimeSession(runtime=make_runtime()),
+        kernel_likely=2,
+        kernel_descend=True,
+        kernel_descend_min_us=0.0,
+        kernel_descend_reductions=reductions,
+    )
+    learn_nearest_kernel(fleet, make_runtime)
+    kernel = Autotuner(src=f"def {name}(in_ptr0, out_ptr0): ...")
+    kernel.speeds = {(64, 4): 0.025, (256, 8): 0.019, (128, 8): 0.012}
+    calls: list[Any] = []
+    launched = fleet.tune_kernel(tuning(kernel, (256, 8), calls), kernel, OWN)
+    assert fleet.stats.kernels_likely == 1
+    assert len(calls) == int(descends) and fleet.stats.kernels_descended == int(descends)
+    assert fleet.stats.kernel_descent_names == ([name] if descends else [])
+    assert launched.config.kwargs["R0_BLOCK"] == (256 if descends else 128)
+
+
 @pytest.mark.parametrize("bad", [-1.0, math.inf, math.nan])
 def test_kernel_descend_threshold_must_be_a_finite_time(make_runtime, bad):
     with pytest.raises(ValueError, match="kernel_descend_min_us"):
