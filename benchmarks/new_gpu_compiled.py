@@ -88,9 +88,9 @@ VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"kernel_descend": True, "kernel_descend_min_us": 20.0},
         {"trace.ir_post_fusion": True},
     ),
-    # every kind of kernel over the bar descended, the norms' reductions too (the defaults before)
-    "descend_reductions": (
-        {"kernel_descend_reductions": True},
+    # the norms' reductions not descended: only pointwise kernels and fused products
+    "descend_no_norms": (
+        {"kernel_descend_reductions": False},
         {"trace.draw_orig_fx_graph": False},
     ),
     "finalists": ({"likely_finalists": 8}, {"trace.graph_diagram": False}),

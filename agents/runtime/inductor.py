@@ -36,8 +36,8 @@ its size hints and the torch and Triton versions): the next host of the same GPU
 the fleet's configuration without tuning it. A GPU model new to a kernel that the most similar
 hardware tuned times inductor's own configuration and that hardware's `kernel_likely` (4)
 fastest; where the fastest of them takes `kernel_descend_min_us` (20 µs) a launch or more,
-and the kernel is pointwise or fuses a matrix product, coordinate descent tunes it further
-from there. It records them as its own tuning.
+coordinate descent tunes it further from there (`kernel_descend_reductions` off: only if it
+is pointwise or fuses a matrix product). It records them as its own tuning.
 
 Inside the block inductor's own caches are off: their keys know nothing of the fleet's
 choices, so a graph compiled before (by this host's search, or without TPS) would come back
@@ -97,14 +97,15 @@ KERNEL_LIKELY = 4
 # 2.65 s for 0.998; none, 2.74 s for 0.919 (BENCHMARKS.md).
 KERNEL_DESCEND = True
 KERNEL_DESCEND_MIN_US = 20.0
-# Whether a reduction that fuses no matrix product (a norm, a mean) is descended too. Its
-# descent bought nothing in 8 of 8 cases and took 6.6 of 10.7 s of tuning on the same green
-# context at batch 32, while every kernel whose descent gained was pointwise or fused a
-# product (a row of a matrix product lowered to a reduction, at batch 1; BENCHMARKS.md). A
-# kernel's kind and ops are read from its name (`triton_red_fused_mm_mul_3`), which inductor
+# Whether a reduction that fuses no matrix product (a norm, a mean) is descended too (off:
+# only pointwise kernels and those fusing a product). On the same green context at batch 32,
+# one compile's norms gained nothing from their descents, which took 6.6 of 10.7 s of its
+# tuning; in another the norms gained up to 1.175x on one kernel, and the compile without
+# their descents was no shorter (30.4 s against 27.7 s; BENCHMARKS.md): so they are descended.
+# A kernel's kind and ops are read from its name (`triton_red_fused_mm_mul_3`), which inductor
 # makes of the original aten ops (`triton.descriptive_names`); a name without them reads as
 # a reduction of no product.
-KERNEL_DESCEND_REDUCTIONS = False
+KERNEL_DESCEND_REDUCTIONS = True
 # the aten ops of a matrix product, as they appear among a kernel name's fused ops
 PRODUCT_OPS = frozenset({"mm", "bmm", "addmm", "baddbmm", "addmv", "mv", "matmul", "dot"})
 # A search's finalists, timed again before its winner is recorded for the fleet: every
