@@ -43,6 +43,10 @@ class BlendPolicy:
     lead: str = "auto"
     # How many of the lead source's picks come before the others get a turn.
     lead_run: int = 1
+    # With a nearest device under `min_coverage`, the model leads only where its first pick
+    # is a candidate that device never measured (what the coverage rule is for); where the
+    # device measured it, its own measured order leads.
+    unseen_lead: bool = False
 
     @property
     def name(self) -> str:
@@ -52,6 +56,8 @@ class BlendPolicy:
             lead = self.lead if self.near_distance == NEAR_DISTANCE else "same-spec"
             return f"{lead}{run}" if self.interleave else f"{lead}-alone"
         lead = "copy-nearest" if self.lead == "nearest" and not self.min_coverage else self.lead
+        if self.unseen_lead:
+            lead = f"{lead}-unseen"
         other = "model" if self.lead == "nearest" else "nearest"
         return f"{lead}{run}+{other}" if self.interleave else lead
 
@@ -85,6 +91,7 @@ class BlendPolicy:
             "interleave": self.interleave,
             "lead": self.lead,
             "lead_run": self.lead_run,
+            "unseen_lead": self.unseen_lead,
         }
 
 
@@ -99,6 +106,9 @@ CANDIDATE_POLICIES = (
     BlendPolicy(lead="nearest", interleave=False, min_coverage=0.0),
     BlendPolicy(lead="nearest", interleave=False),
     BlendPolicy(lead="nearest"),
+    # The same, but the model leads only with a candidate the nearest device never ran.
+    BlendPolicy(lead="nearest", interleave=False, unseen_lead=True),
+    BlendPolicy(lead="nearest", unseen_lead=True),
     BlendPolicy(lead="auto"),
     BlendPolicy(lead="model"),
     BlendPolicy(lead="model", interleave=False),
@@ -148,9 +158,20 @@ def blended_order(
     rankings: SourceRankings, policy: BlendPolicy = DEFAULT_POLICY, *, limit: int | None = None
 ) -> tuple[np.ndarray, list[str]]:
     """Return the policy's order (its first `limit` entries) and the source of each."""
-    lead = policy.source_order(rankings.nearest_distance, rankings.nearest_coverage)
+    coverage = rankings.nearest_coverage
+    if policy.unseen_lead and not _model_leads_unseen(rankings):
+        coverage = 1.0  # the model's first pick was measured there: the copy leads
+    lead = policy.source_order(rankings.nearest_distance, coverage)
     names = [s for s in lead if s in rankings.orders]
     if not policy.interleave:
         names = names[:1]
     order, source = interleave([rankings.orders[s] for s in names], limit, lead_run=policy.lead_run)
     return order, [names[i] for i in source]
+
+
+def _model_leads_unseen(rankings: SourceRankings) -> bool:
+    """Whether the model's first pick is a candidate the nearest device never measured."""
+    order = rankings.orders.get("model")
+    if order is None or not len(order) or rankings.nearest_us is None:
+        return False
+    return bool(np.isnan(rankings.nearest_us[int(order[0])]))

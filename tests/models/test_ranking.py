@@ -77,3 +77,20 @@ def test_the_same_spec_policy_copies_only_the_same_device() -> None:
     # copied however little of the candidates it measured (coverage 0.75 here)
     assert copied.order.tolist() == [0, 3, 1, 2] and set(copied.sources) == {"nearest"}
     assert BlendPolicy(lead="auto", interleave=False).name == "auto-alone"
+
+
+def test_the_unseen_lead_lets_the_model_lead_only_with_a_candidate_never_measured() -> None:
+    policy = BlendPolicy(lead="nearest", interleave=False, unseen_lead=True)
+    assert policy.name == "nearest-unseen"
+    rankings = _rankings(nearest=True)  # the nearest device measured 3 of the 4 (0.75)
+    # the model's first pick (b) was measured there: the nearest device's order leads
+    measured = policy.rank(rankings)
+    assert measured.order.tolist() == [0, 3, 1, 2] and set(measured.sources) == {"nearest"}
+    # without the unseen rule, the coverage under 0.9 hands the lead to the model
+    plain = BlendPolicy(lead="nearest", interleave=False).rank(rankings)
+    assert plain.order.tolist() == [1, 2, 0, 3]
+    # the model's first pick (c) is one the nearest device never ran: the model leads
+    unseen = replace(rankings, orders={**rankings.orders, "model": np.array([2, 1, 0, 3])})
+    led = policy.rank(unseen)
+    assert led.order.tolist() == [2, 1, 0, 3] and set(led.sources) == {"model"}
+    assert BlendPolicy(**policy.to_dict()) == policy
