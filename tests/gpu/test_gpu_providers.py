@@ -14,7 +14,7 @@ from agents.ops.gemm import GemmOp, gemm_operands  # noqa: E402
 from agents.probe.device import open_device  # noqa: E402
 from agents.probe.settings import ProbeSettings  # noqa: E402
 from agents.providers.table import create_provider  # noqa: E402
-from tests.gpu.conftest import needs_nvmath  # noqa: E402
+from tests.gpu.conftest import NVMATH, needs_nvmath  # noqa: E402
 from tps.problem import ProblemKey  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -217,7 +217,8 @@ def test_cold_cache_probe_rotates_copies_through_every_provider(cold_engine, sha
     assert all(m.valid for m in run.measurements), [m.error for m in run.measurements]
     assert "operand copies in rotation" in run.rationale
     backends = {m.candidate.backend for m in run.measurements}
-    assert "vendor-default" in backends and len(backends) >= 3
+    # the vendor's default and Triton, and cuBLASLt where nvmath-python is installed
+    assert "vendor-default" in backends and len(backends) >= (3 if NVMATH or not NVIDIA else 2)
 
 
 def test_cold_cache_reads_from_memory_what_warm_reads_from_the_l2(cold_engine, engine):
