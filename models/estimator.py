@@ -470,9 +470,7 @@ class LatencyModel:
         )
         if ref_problem is not None:
             # A device the model was trained on gets no help from its own measurements here.
-            references = self.reference_.feature_columns(
-                hardware, ref_problem, block.index[rows], exclude=own
-            )
+            references = self.reference_.feature_columns(hardware, ref_problem, ids, exclude=own)
         columns.update(references)
         X = np.full((len(ids), len(self.feature_names_)), np.nan)
         for i, name in enumerate(self.feature_names_):

@@ -13,7 +13,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -239,9 +239,18 @@ class CandidateBlock:
             columns={str(c): table[c].to_numpy(dtype=float) for c in table.columns},
         )
 
+    @cached_property
+    def _row_of(self) -> dict[str, int]:
+        """Each candidate's row: a dict answers a served question's few hundred ids several
+        times faster than the Index's indexer, which builds an Index of them each time."""
+        return {str(c): i for i, c in enumerate(self.index)}
+
     def positions(self, candidate_ids: list[str]) -> np.ndarray | None:
         """Return the rows of `candidate_ids`, or None when one of them is not in the block."""
-        rows = self.index.get_indexer(candidate_ids)
+        row_of = self._row_of
+        rows = np.fromiter(
+            (row_of.get(c, -1) for c in candidate_ids), dtype=np.int64, count=len(candidate_ids)
+        )
         return None if (rows < 0).any() else rows
 
 

@@ -347,14 +347,31 @@ class Reference:
     ) -> np.ndarray:
         """Return the rows `keys` of `values` ("log_rel" or "median_us") for `candidate_ids`
         (NaN where a candidate is not a column)."""
-        column_of = self._column_of
-        columns = np.fromiter(
-            (column_of.get(c, -1) for c in candidate_ids), dtype=np.int64, count=len(candidate_ids)
-        )
+        columns = self._columns(candidate_ids)
         rows = np.array([self._rows[k] for k in keys], dtype=np.int64)
         table: np.ndarray = self._values[values][np.ix_(rows, columns)]
         table[:, columns < 0] = np.nan
         return table
+
+    def _columns(self, candidate_ids: CandidateIds) -> np.ndarray:
+        """Return each candidate's column (-1 where it is none), read only.
+
+        A served answer looks the same candidates up four times (its features, the nearest
+        device's times and coverage, the anchors), so the last list's columns are kept.
+        """
+        ids = candidate_ids.tolist() if hasattr(candidate_ids, "tolist") else list(candidate_ids)
+        last = self._last_columns[0]
+        if last is not None and last[0] == ids:
+            return last[1]
+        column_of = self._column_of
+        columns = np.fromiter((column_of.get(c, -1) for c in ids), dtype=np.int64, count=len(ids))
+        columns.flags.writeable = False
+        self._last_columns[0] = (ids, columns)  # one store: threads see one pair or the other
+        return columns
+
+    @cached_property
+    def _last_columns(self) -> list[tuple[list[str], np.ndarray] | None]:
+        return [None]
 
     def measured_us(
         self, hw_key: str, problem_hash: str, candidate_ids: list[str]

@@ -136,3 +136,22 @@ def test_a_tables_columns_are_the_candidates_asked_in_their_order(
             got = reference._table(values, keys, ids)
             np.testing.assert_array_equal(got, expected)  # NaN where unknown, as pandas'
     assert reference._table("log_rel", keys, []).shape == (3, 0)
+
+
+def test_a_tables_columns_follow_each_new_list_of_candidates(
+    convolution_data: TuningData,
+) -> None:
+    """The columns of the last list asked are kept; another list, even of the same length,
+    or the same list changed in place, gets its own."""
+    reference = Reference.from_data(convolution_data)
+    keys = list(reference.log_rel.index[:2])
+    known = list(reference.log_rel.columns)
+    first, second = known[:4], known[4:8]
+    for ids in (first, second, first, list(reversed(first))):
+        expected = reference.median_us.loc[keys].reindex(columns=ids).to_numpy()
+        np.testing.assert_array_equal(reference._table("median_us", keys, ids), expected)
+    changing = list(first)
+    reference._table("log_rel", keys, changing)
+    changing[0] = "no-such-candidate"
+    assert np.isnan(reference._table("log_rel", keys, changing)[:, 0]).all()
+    assert not reference._columns(changing).flags.writeable
