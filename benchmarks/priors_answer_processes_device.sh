@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: the priors at 1M measurements, quiet, with model answers computed in
 # processes of their own (TPS_MODEL_ANSWER_PROCESSES=1) and on the API process's
-# threads (0, the default), alternating, on a host of many cores (its CPUs only, no GPU), each
+# threads (0), alternating, on a host of many cores (its CPUs only, no GPU), each
 # run against an embedded Postgres of its own. PROCS lists the process counts of a pair, in
 # the order run (default "1 0").
 # Wheels first, here: bash benchmarks/device_wheels.sh agent service (carry .whl).

@@ -19,6 +19,11 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
+# Every service the suite starts answers model questions on a worker thread, on any host:
+# `auto` would start answering processes where the CPUs are many (tests/service/priors/
+# test_answering.py starts them on purpose).
+os.environ.setdefault("TPS_MODEL_ANSWER_PROCESSES", "0")
+
 if TYPE_CHECKING:
     from sqlalchemy import Engine
     from sqlalchemy.orm import Session

@@ -146,7 +146,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = metrics
     answer_pool = AnswerPool(
-        settings.model_answer_processes,
+        settings.answer_processes(),
         on_answer=lambda where: metrics.model_answers.labels(where).inc(),
     )
     app.state.answer_pool = answer_pool

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+import os
+from typing import Literal
+
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MIB = 1024 * 1024
+AUTO_ANSWER_PROCESSES = 2
+AUTO_ANSWER_MIN_CPUS = 8
+MAX_ANSWER_PROCESSES = 64
 
 
 class Settings(BaseSettings):
@@ -97,13 +103,35 @@ class Settings(BaseSettings):
         default=10, ge=0, le=19, description="CPU niceness of ingest's validating processes"
     )
     # Model answers may be computed in processes that hold a copy of the active model, so that
-    # their CPU work never shares the interpreter with the event loop; 0 (the default: on a
-    # 2-core box the processes made the model p99 worse) computes them on a worker thread.
-    model_answer_processes: int = Field(
-        default=0, ge=0, le=64, description="processes computing model answers, per API process"
+    # their CPU work never shares the interpreter with the event loop, and a new GPU's
+    # questions, which come together, are answered side by side; 0 computes them on a worker
+    # thread. `auto`: AUTO_ANSWER_PROCESSES where the replica may use at least
+    # AUTO_ANSWER_MIN_CPUS CPUs, else 0 (on a 2-core box the processes made the model p99
+    # worse; on 16 cores, 2 of them made it better: BENCHMARKS.md).
+    model_answer_processes: int | Literal["auto"] = Field(
+        default="auto",
+        description="processes computing model answers, per API process, or `auto`",
     )
     # Ingest allocates many small objects; fewer young-generation collections keep it fast.
     gc_threshold: int = Field(default=50_000, gt=0)
+
+    @field_validator("model_answer_processes")
+    @classmethod
+    def _bounded_processes(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and not 0 <= value <= MAX_ANSWER_PROCESSES:
+            raise ValueError(f"must be `auto` or 0 to {MAX_ANSWER_PROCESSES}, not {value}")
+        return value
+
+    def answer_processes(self, cpus: int | None = None) -> int:
+        """Return the model-answering processes per API process that `model_answer_processes`
+        asks for, with `auto` resolved against `cpus` (default: the CPUs this process may use).
+        """
+        if self.model_answer_processes != "auto":
+            return int(self.model_answer_processes)
+        if cpus is None:
+            cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
+            cpus = cpus or os.cpu_count() or 1
+        return AUTO_ANSWER_PROCESSES if cpus >= AUTO_ANSWER_MIN_CPUS else 0
 
     def priors_cache_ttl_s(self) -> float:
         """The answer cache's time limit: set, or what the read database allows.

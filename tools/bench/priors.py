@@ -585,7 +585,7 @@ def run_priors_bench(
         "computed_answers": computed,
         # where the quiet model loop's answers were computed (TPS_MODEL_ANSWER_PROCESSES)
         "model_answers_where": where,
-        "model_answer_processes": Settings().model_answer_processes,
+        "model_answer_processes": Settings().answer_processes(),
         **ingest,
         "closed_loop": {"priors": closed_priors.summary(), "healthz": closed_health.summary()},
         "closed_loop_hey": hey or None,

@@ -249,3 +249,26 @@ def test_the_service_answers_new_gpus_from_its_answering_process(
                     break
                 assert time.monotonic() < deadline, f"no answer from a process: {where}"
                 time.sleep(0.1)
+
+
+def test_auto_answer_processes_start_only_where_the_cpus_are_many(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from services.profiler_api import settings as settings_module
+
+    auto = Settings(model_answer_processes="auto")
+    assert auto.answer_processes(cpus=2) == 0
+    assert auto.answer_processes(cpus=settings_module.AUTO_ANSWER_MIN_CPUS - 1) == 0
+    many = settings_module.AUTO_ANSWER_MIN_CPUS
+    assert auto.answer_processes(cpus=many) == settings_module.AUTO_ANSWER_PROCESSES > 0
+    assert Settings(model_answer_processes=3).answer_processes(cpus=2) == 3
+    monkeypatch.setenv("TPS_MODEL_ANSWER_PROCESSES", "4")
+    assert Settings().answer_processes(cpus=64) == 4
+    monkeypatch.setenv("TPS_MODEL_ANSWER_PROCESSES", "auto")
+    assert Settings().model_answer_processes == "auto"
+    monkeypatch.delenv("TPS_MODEL_ANSWER_PROCESSES")
+    assert Settings().model_answer_processes == "auto"  # the default
+    for bad in ("-1", "65", "many"):
+        monkeypatch.setenv("TPS_MODEL_ANSWER_PROCESSES", bad)
+        with pytest.raises(ValueError, match="model_answer_processes"):
+            Settings()
