@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Literal
 
 from pydantic import Field, field_validator
@@ -124,13 +123,15 @@ class Settings(BaseSettings):
 
     def answer_processes(self, cpus: int | None = None) -> int:
         """Return the model-answering processes per API process that `model_answer_processes`
-        asks for, with `auto` resolved against `cpus` (default: the CPUs this process may use).
+        asks for, with `auto` resolved against `cpus` (default: the CPUs this process may use,
+        its affinity and a container's CPU quota counted, as joblib counts them).
         """
         if self.model_answer_processes != "auto":
             return int(self.model_answer_processes)
         if cpus is None:
-            cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
-            cpus = cpus or os.cpu_count() or 1
+            import joblib
+
+            cpus = int(joblib.cpu_count())
         return AUTO_ANSWER_PROCESSES if cpus >= AUTO_ANSWER_MIN_CPUS else 0
 
     def priors_cache_ttl_s(self) -> float:

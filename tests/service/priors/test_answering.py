@@ -272,3 +272,15 @@ def test_auto_answer_processes_start_only_where_the_cpus_are_many(
         monkeypatch.setenv("TPS_MODEL_ANSWER_PROCESSES", bad)
         with pytest.raises(ValueError, match="model_answer_processes"):
             Settings()
+
+
+def test_auto_counts_the_cpus_the_replica_may_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    import joblib
+
+    from services.profiler_api import settings as settings_module
+
+    auto = Settings(model_answer_processes="auto")
+    monkeypatch.setattr(joblib, "cpu_count", lambda: settings_module.AUTO_ANSWER_MIN_CPUS)
+    assert auto.answer_processes() == settings_module.AUTO_ANSWER_PROCESSES
+    monkeypatch.setattr(joblib, "cpu_count", lambda: 2)  # a container limited to 2 CPUs
+    assert auto.answer_processes() == 0
