@@ -64,7 +64,8 @@ def test_bench_ingest_reports_both_rates(postgres_server_url: str) -> None:
     result = run_ingest_bench(postgres_server_url, config)
     json.dumps(result)
     assert result["ingest_per_s"] > 0 and result["copy_per_s"] > 0
-    assert result["ratio"] == round(result["ingest_per_s"] / result["copy_per_s"], 3)
+    # the ratio of the unrounded rates, rounded: within a rounding step of the printed rates'
+    assert result["ratio"] == pytest.approx(result["ingest_per_s"] / result["copy_per_s"], abs=1e-3)
     assert 60 * 8 <= result["measurements"] <= 60 * 64
     for key in ("postgres_cpu_us_per_measurement", "copy_postgres_cpu_us_per_measurement"):
         # None: no readable local Postgres; 0.0 is possible, CPU times tick every 10 ms
