@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MIB = 1024 * 1024
@@ -107,19 +107,11 @@ class Settings(BaseSettings):
     # thread. `auto`: AUTO_ANSWER_PROCESSES where the replica may use at least
     # AUTO_ANSWER_MIN_CPUS CPUs, else 0 (on a 2-core box the processes made the model p99
     # worse; on 16 cores, 2 of them made it better: BENCHMARKS.md).
-    model_answer_processes: int | Literal["auto"] = Field(
-        default="auto",
-        description="processes computing model answers, per API process, or `auto`",
-    )
+    model_answer_processes: (
+        Annotated[int, Field(ge=0, le=MAX_ANSWER_PROCESSES)] | Literal["auto"]
+    ) = Field(default="auto", description="processes computing model answers, per API process")
     # Ingest allocates many small objects; fewer young-generation collections keep it fast.
     gc_threshold: int = Field(default=50_000, gt=0)
-
-    @field_validator("model_answer_processes")
-    @classmethod
-    def _bounded_processes(cls, value: int | str) -> int | str:
-        if isinstance(value, int) and not 0 <= value <= MAX_ANSWER_PROCESSES:
-            raise ValueError(f"must be `auto` or 0 to {MAX_ANSWER_PROCESSES}, not {value}")
-        return value
 
     def answer_processes(self, cpus: int | None = None) -> int:
         """Return the model-answering processes per API process that `model_answer_processes`
