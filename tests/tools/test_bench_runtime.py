@@ -63,3 +63,23 @@ def test_tunableop_counts_only_the_products_a_case_added():
     assert tunableop_counts(after, earlier=first) == (2, 1)
     assert tunableop_counts(after, earlier=[]) == (3, 1)
     assert tunableop_counts(first, earlier=first) == (0, 0)
+
+
+def test_each_hosts_routes_are_reported_with_what_ran_and_why():
+    from agents.runtime.dispatch import Route
+    from tools.bench.runtime import _decisions
+    from tps.candidate import Candidate
+    from tps.problem import ProblemKey
+
+    problem = ProblemKey(op="gemm", dtype="bf16", dims={"m": 8, "n": 16, "k": 32})
+    winner = Candidate(backend="triton", params={"BLOCK_M": 16})
+    routes = [
+        Route(problem=problem, runner=lambda a, b: a @ b, candidate=winner, gain=0.2, reason="hit"),
+        Route(problem=problem, candidate=winner, gain=0.001, reason="near tie: +0.1%"),
+        Route(problem=None),
+    ]
+    got = _decisions(routes)
+    assert [d["routed"] for d in got] == [True, False, False]
+    assert got[0]["problem"] == problem.canonical() and got[2]["problem"] is None
+    assert got[1]["candidate"] == winner.label() and got[1]["reason"] == "near tie: +0.1%"
+    assert got[2]["candidate"] is None and got[2]["reason"] == "miss"

@@ -12,7 +12,7 @@ import copy
 import logging
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -194,6 +194,10 @@ class CaseResult:
     second_host_speedup: float | None = None
     second_host_warm_start_s: float | None = None
     decisions: list[dict[str, Any]] = field(default_factory=list)
+    # host 2's routes after its warm start, as `decisions` gives host 1's
+    second_host_routed: int | None = None
+    second_host_settled_layers: int | None = None
+    second_host_decisions: list[dict[str, Any]] = field(default_factory=list)
     # with `profile`: each compiled variant's kernels (device time per forward)
     kernels: dict[str, Any] = field(default_factory=dict)
     # with `autotune`: every GEMM search inductor ran while compiling, by variant
@@ -370,22 +374,7 @@ def run_case(
     result.problems = len(decisions)
     result.routed = sum(1 for r in decisions if r.runner is not None)
     result.settled_layers = len(rt.settled)
-    result.decisions = [
-        {
-            "problem": r.problem.canonical() if r.problem else None,
-            "calls": r.calls,
-            "candidate": r.candidate.label() if r.candidate else None,
-            "routed": r.runner is not None,
-            "gain": r.gain,
-            "program_gain": r.program_gain,
-            "host_bound": r.host_bound,
-            "head_to_head": asdict(r.head_to_head) if r.head_to_head else None,
-            "compiled_gain": r.compiled_gain,
-            "step_gain": r.step_gain,
-            "reason": r.reason,
-        }
-        for r in decisions
-    ]
+    result.decisions = _decisions(decisions)
     first.close()  # saves host 1's cache and pushes its probe runs to the service
     if service is not None and eager:
         with _noted(result, "second host"):
@@ -751,6 +740,26 @@ def tunableop_counts(results: list[Any], *, earlier: list[Any]) -> tuple[int, in
     return len(tuned), len(changed)
 
 
+def _decisions(routes: Sequence[Any]) -> list[dict[str, Any]]:
+    """Each problem's route as the JSON reports it: what ran, and why."""
+    return [
+        {
+            "problem": r.problem.canonical() if r.problem else None,
+            "calls": r.calls,
+            "candidate": r.candidate.label() if r.candidate else None,
+            "routed": r.runner is not None,
+            "gain": r.gain,
+            "program_gain": r.program_gain,
+            "host_bound": r.host_bound,
+            "head_to_head": asdict(r.head_to_head) if r.head_to_head else None,
+            "compiled_gain": r.compiled_gain,
+            "step_gain": r.step_gain,
+            "reason": r.reason,
+        }
+        for r in routes
+    ]
+
+
 def _second_host(
     model: Any,
     forward: Callable[[Any], Callable[[], Any]],
@@ -783,6 +792,10 @@ def _second_host(
     result.second_host_speedup_ci = clock.interval("eager", "second")
     result.second_host_speedup_paired = clock.paired("eager", "second")
     result.second_host_probes = second.runtime.stats.probes
+    routes = second.runtime.decisions()
+    result.second_host_routed = sum(1 for r in routes if r.runner is not None)
+    result.second_host_settled_layers = len(second.runtime.settled)
+    result.second_host_decisions = _decisions(routes)
     second.close()
     _install(model, {})()
 
