@@ -17,8 +17,10 @@ On one H200, against the embedded service:
    `no_descend`: for none; `descend_5us` and
    `descend_20us`: the same for the kernels whose fastest of those takes 5 or 20 µs a
    launch; `finalists`: each search's finalists timed again, as before
-   `likely_finalists`; `likely4`: each product searched among the 4 fastest; `epilogues`:
-   each search timed again with its epilogues fused, as max-autotune does;
+   `likely_finalists`; `ahead` and `serial`: each descent's next configurations compiled
+   ahead in inductor's compile workers, or not (`kernel_ahead`); `likely4`: each
+   product searched among the 4 fastest; `epilogues`: each search timed again with its
+   epilogues fused, as max-autotune does;
    `epilogues_likely4`: both, as before `epilogues`) and,
    with `--whole`, TPS without the fleet (inductor's whole search, as host 1 of a fleet).
    The TPS variants' sessions push only after every compile, so none sees another's
@@ -46,6 +48,9 @@ RATIOS = (
     ("fleet_vs_default", "default", "fleet"),
     ("coordesc_vs_max_autotune", "max_autotune", "coordesc"),
     ("finalists_vs_max_autotune", "max_autotune", "finalists"),
+    ("ahead_vs_max_autotune", "max_autotune", "ahead"),
+    ("serial_vs_max_autotune", "max_autotune", "serial"),
+    ("ahead_vs_serial", "serial", "ahead"),
     ("fleet_vs_coordesc", "coordesc", "fleet"),
     ("descend_vs_max_autotune", "max_autotune", "descend"),
     ("descend_vs_coordesc", "coordesc", "descend"),
@@ -93,6 +98,10 @@ VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"kernel_descend_reductions": False},
         {"trace.draw_orig_fx_graph": False},
     ),
+    # each descent's next configurations compiled ahead in inductor's compile workers, or
+    # each compiled by the descent itself, one after another
+    "ahead": ({"kernel_ahead": True}, {"trace.output_code": True}),
+    "serial": ({"kernel_ahead": False}, {"trace.fx_graph_transformed": True}),
     "finalists": ({"likely_finalists": 8}, {"trace.graph_diagram": False}),
     "likely4": ({"likely": 4}, {"trace.compile_profile": False}),
     "epilogues": ({"epilogues": True}, {"benchmark_epilogue_fusion": True}),
@@ -130,6 +139,13 @@ def _phases(before: dict[str, int]) -> dict[str, float]:
     return {name: round(s, 2) for name, s in longest if s >= 0.05}
 
 
+def _cold_triton(workdir: Path, name: str) -> None:
+    """Give Triton an empty cache of its own for what compiles next (`name`), as on a new
+    host: no variant reads kernels another compiled. Triton reads the variable at each
+    compile, inductor hands it to its compile workers with each kernel."""
+    os.environ["TRITON_CACHE_DIR"] = str(workdir / f"triton-{name}")
+
+
 def _timer_counts() -> dict[str, int]:
     from torch._dynamo.utils import compilation_time_metrics
 
@@ -153,6 +169,16 @@ def _stats(fleet: Any) -> dict[str, Any]:
         "kernel_likely_spread": s.kernel_likely_spread,
         "kernel_descents": s.kernel_descents,
         "kernel_descent_names": s.kernel_descent_names,
+        "ahead": {
+            "submitted": s.ahead.submitted,
+            "used": s.ahead.used,
+            "wait_s": round(s.ahead.wait_s, 2),
+            "compile_after_s": round(s.ahead.compile_after_s, 2),
+            "worker_s": round(s.ahead.worker_s, 2),
+            "missed": s.ahead.missed,
+            "own": s.ahead.own,
+            "own_s": round(s.ahead.own_s, 2),
+        },
     }
 
 
@@ -181,7 +207,9 @@ def fleet_host(args: argparse.Namespace) -> dict[str, Any]:
     )  # fmt: skip
     model, forward = cuda_forwards(args.model, args.case)
     run = forward(torch.compile(model, options={"max_autotune_gemm": True}))
-    with tps_runtime.compiled(session, finalists=args.fleet_finalists) as fleet:
+    with tps_runtime.compiled(
+        session, finalists=args.fleet_finalists, kernel_ahead=args.fleet_ahead
+    ) as fleet:
         compile_s = _first_call(run, "fleet host")
     pushed = session.flush()
     session.close()
@@ -221,6 +249,7 @@ def new_host(args: argparse.Namespace) -> dict[str, Any]:
             _first_call(variants["max_autotune"], "max-autotune"), 2
         )
     _new_process_kernels()  # max-autotune's tuned kernels, kept in memory by their source
+    _cold_triton(args.workdir, "fleet")
     variants["fleet"] = forward(torch.compile(copy.deepcopy(model), options=gemm_search))
     with tps_runtime.compiled(fleet_session) as fleet:
         out["fleet_compile_s"] = round(_first_call(variants["fleet"], "new GPU with the fleet"), 2)
@@ -231,6 +260,7 @@ def new_host(args: argparse.Namespace) -> dict[str, Any]:
     chosen = args.variants or (VARIANTS if args.variants is not None else ())
     for name, (how, marker) in ((n, VARIANTS[n]) for n in chosen):
         _new_process_kernels()
+        _cold_triton(args.workdir, name)
         # One green context a process: each session runs on the one opened above, as the
         # same hardware, with the same service (asked once per product), each its own cache.
         session = tps_runtime.open_session(
@@ -344,6 +374,10 @@ def main() -> None:
         help="also a second host of the new GPU model, compiling after the others pushed",
     )  # fmt: skip
     p.add_argument("--fleet-finalists", type=int, default=8)
+    p.add_argument(
+        "--fleet-ahead", action="store_true",
+        help="the fleet's host compiles each descent's next configurations in compile workers",
+    )  # fmt: skip
     p.add_argument("--out", type=Path)
     p.add_argument("--timeout-s", type=float, default=400.0, help="each process's limit")
     p.add_argument("--role", choices=["fleet", "new"])
@@ -362,7 +396,8 @@ def main() -> None:
     started = time.perf_counter()
     with embedded_service() as (url, token), tempfile.TemporaryDirectory() as tmp:
         args.service, args.token, args.workdir = url, token, Path(tmp)
-        first = _child("fleet", args, ["--profile"] if args.profile else [])
+        ahead = ["--fleet-ahead"] if args.fleet_ahead else []
+        first = _child("fleet", args, (["--profile"] if args.profile else []) + ahead)
         print(f"fleet: {json.dumps(first)[:1500]}", file=sys.stderr)  # noqa: T201
         flags = (["--whole"] if args.whole else []) + (["--profile"] if args.profile else [])
         flags += ["--second-host"] if args.second_host else []

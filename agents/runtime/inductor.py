@@ -37,7 +37,9 @@ the fleet's configuration without tuning it. A GPU model new to a kernel that th
 hardware tuned times inductor's own configuration and that hardware's `kernel_likely` (4)
 fastest; where the fastest of them takes `kernel_descend_min_us` (20 µs) a launch or more,
 coordinate descent tunes it further from there (`kernel_descend_reductions` off: only if it
-is pointwise or fuses a matrix product). It records them as its own tuning.
+is pointwise or fuses a matrix product). It records them as its own tuning. While a descent
+times one configuration, inductor's compile workers compile the ones it tries next
+(`kernel_ahead`, `agents.runtime.ahead`).
 
 Inside the block inductor's own caches are off: their keys know nothing of the fleet's
 choices, so a graph compiled before (by this host's search, or without TPS) would come back
@@ -67,6 +69,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agents.errors import AgentError
+from agents.runtime.ahead import AheadStats, Pool, compiled_ahead, inductor_pool
 from tps.bounds import KEY_PATTERN
 from tps.candidate import INDUCTOR_BACKEND, MAX_PARAMS, Candidate
 from tps.problem import MAX_FREE_DIMS, ProblemKey
@@ -106,6 +109,11 @@ KERNEL_DESCEND_MIN_US = 20.0
 # makes of the original aten ops (`triton.descriptive_names`); a name without them reads as
 # a reduction of no product.
 KERNEL_DESCEND_REDUCTIONS = True
+# Whether a descent's next configurations are compiled ahead in inductor's compile workers
+# while it times the current ones (`agents.runtime.ahead`). Off: on an H100 host's 64-SM
+# green context, Llama-3-8B decode at batch 1, a new GPU model's first host tuned its kernels
+# in 49.6 s with it against 44.4 s without (BENCHMARKS.md).
+KERNEL_AHEAD = False
 # the aten ops of a matrix product, as they appear among a kernel name's fused ops
 PRODUCT_OPS = frozenset({"mm", "bmm", "addmm", "baddbmm", "addmv", "mv", "matmul", "dot"})
 # A search's finalists, timed again before its winner is recorded for the fleet: every
@@ -320,6 +328,8 @@ class CompiledStats:
     kernel_descents: list[list[float]] = field(default_factory=list)
     # and its name in the graph (`triton_red_fused_...`: its kind of heuristic and its ops)
     kernel_descent_names: list[str] = field(default_factory=list)
+    # the descents' configurations compiled ahead in compile workers (`kernel_ahead`)
+    ahead: AheadStats = field(default_factory=AheadStats)
 
 
 def _fastest_timed_us(autotuner: Any, otherwise_us: float) -> float:
@@ -365,6 +375,8 @@ class InductorFleet:
         kernel_descend_min_us: float = KERNEL_DESCEND_MIN_US,
         kernel_descend_reductions: bool = KERNEL_DESCEND_REDUCTIONS,
         likely_finalists: int = LIKELY_FINALISTS,
+        kernel_ahead: bool = KERNEL_AHEAD,
+        compile_pool: Pool | None = None,
     ) -> None:
         if shortlist < 1:
             raise ValueError(f"shortlist must be at least 1, not {shortlist}")
@@ -394,6 +406,9 @@ class InductorFleet:
         self.kernel_descend = kernel_descend
         self.kernel_descend_min_us = kernel_descend_min_us
         self.kernel_descend_reductions = kernel_descend_reductions
+        self.kernel_ahead = kernel_ahead
+        self.compile_pool = compile_pool
+        self._pool_looked_up = compile_pool is not None
         self.stats = CompiledStats()
         self._asked: set[str] = set()
         self._recorded: set[str] = set()
@@ -613,14 +628,16 @@ class InductorFleet:
         start = time.perf_counter()
         searched = self.search_kernel(problem, autotuner, launcher, *args, **kwargs)
         if searched is None:
-            winner = tune(autotuner, launcher, *args, **kwargs)
+            with self._ahead(autotuner, launcher):
+                winner = tune(autotuner, launcher, *args, **kwargs)
         else:
             winner, fastest_us = searched
             if self.descends(autotuner, fastest_us):
                 # the descent starts from the fastest likely configuration
                 self.stats.kernels_descended += 1
                 descent = time.perf_counter()
-                winner = tune(autotuner, winner, *args, **kwargs)
+                with self._ahead(autotuner, winner):
+                    winner = tune(autotuner, winner, *args, **kwargs)
                 self.stats.kernel_descents.append(
                     [
                         round(fastest_us, 3),
@@ -632,6 +649,21 @@ class InductorFleet:
         self.stats.kernel_tune_s += time.perf_counter() - start
         self.record_kernel(problem, autotuner, winner)
         return winner
+
+    def _ahead(self, autotuner: Any, start: Any) -> Any:
+        """A descent from launcher `start` with its next configurations compiled ahead."""
+        if not self.kernel_ahead:
+            return nullcontext()
+        if not self._pool_looked_up:
+            self.compile_pool, self._pool_looked_up = inductor_pool(), True
+        if self.compile_pool is not None:
+            _load_here(autotuner)  # its source is read from the module inductor loads
+        return compiled_ahead(
+            autotuner,
+            getattr(start, "config", None),
+            pool=self.compile_pool,
+            stats=self.stats.ahead,
+        )
 
     def descends(self, autotuner: Any, fastest_us: float) -> bool:
         """Whether coordinate descent tunes a kernel further from its fastest likely
@@ -912,12 +944,7 @@ def _launcher_of(autotuner: Any, params: dict[str, Any], *, quiet: bool = False)
     try:
         config = _triton_config(params)
         config.found_by_coordesc = True  # inductor tunes it no further
-        ensure = getattr(autotuner, "_ensure_kernel_loaded", None)
-        if ensure is not None:
-            ensure()
-        elif getattr(autotuner.fn, "fn", True) is None and hasattr(autotuner, "_reload_kernel"):
-            # compiled in a worker, which dropped the function: load it here, as inductor does
-            autotuner.fn = autotuner._reload_kernel().fn
+        _load_here(autotuner)
         lock = getattr(autotuner, "lock", None) or nullcontext()
         with lock:
             return autotuner._precompile_config(config).make_launcher()
@@ -929,6 +956,16 @@ def _launcher_of(autotuner: Any, params: dict[str, Any], *, quiet: bool = False)
             exc,
         )
         return None
+
+
+def _load_here(autotuner: Any) -> None:
+    """Load `autotuner`'s kernel function in this process, where a worker compiled it."""
+    ensure = getattr(autotuner, "_ensure_kernel_loaded", None)
+    if ensure is not None:
+        ensure()
+    elif getattr(autotuner.fn, "fn", True) is None and hasattr(autotuner, "_reload_kernel"):
+        # compiled in a worker, which dropped the function: load it here, as inductor does
+        autotuner.fn = autotuner._reload_kernel().fn
 
 
 @contextmanager
@@ -1038,6 +1075,7 @@ def compiled(
     kernel_descend_reductions: bool = KERNEL_DESCEND_REDUCTIONS,
     likely_finalists: int = LIKELY_FINALISTS,
     epilogues: bool = EPILOGUES,
+    kernel_ahead: bool = KERNEL_AHEAD,
     **options: Any,
 ) -> Iterator[InductorFleet]:
     """Compile inside the block with the fleet's GEMM winners; search and record the rest.
@@ -1060,7 +1098,8 @@ def compiled(
     tuned, among its `kernel_likely` fastest launch configurations and inductor's own (0:
     coordinate descent; `kernel_descend`: coordinate descent from the fastest of them, for
     a kernel whose fastest takes at least `kernel_descend_min_us` a launch, pointwise or
-    fusing a matrix product unless `kernel_descend_reductions`).
+    fusing a matrix product unless `kernel_descend_reductions`; `kernel_ahead`: the
+    configurations a descent tries next compiled ahead in inductor's compile workers).
     `epilogues` has a search with several configurations time each one again with its
     neighbours fused (inductor's `benchmark_epilogue_fusion`, on under
     max-autotune); off, inductor fuses them by its rules, as it does the one configuration
@@ -1085,6 +1124,7 @@ def compiled(
         kernel_descend_min_us=kernel_descend_min_us,
         kernel_descend_reductions=kernel_descend_reductions,
         likely_finalists=likely_finalists if gpu else 0,
+        kernel_ahead=kernel_ahead,
     )
     handler = _choices_class()(fleet)
     saver = select_algorithm.get_algorithm_selector_cache()  # the one that searches

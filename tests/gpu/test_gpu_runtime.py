@@ -614,3 +614,24 @@ def test_the_native_routers_key_cuda_calls_by_device_and_tf32(tmp_path):
     assert len(rt.fast) == 2  # one key each way of TF32
     problems = {r.problem.dtype for r in rt.decisions()}
     assert problems == {"fp32", "tf32"}
+
+
+def test_a_descents_next_configurations_compile_in_inductors_workers(tmp_path, monkeypatch):
+    """With `kernel_ahead`, inductor's compile workers compile the configurations a descent
+    tries next into Triton's cache (empty here), and the descent's own compile of each reads
+    it: much shorter than the workers' compiles took, with the same output."""
+    from torch._inductor import async_compile
+
+    if async_compile.get_compile_threads() <= 1:
+        pytest.skip("inductor runs no compile workers on a host of one compile thread")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    fleet2, own, _ = new_gpu_kernels(
+        tmp_path, kernel_likely=2, kernel_descend=True, kernel_descend_min_us=0.0, kernel_ahead=True
+    )
+    ahead = fleet2.stats.ahead
+    assert fleet2.stats.kernels_descended >= 1
+    assert ahead.submitted >= ahead.used >= 1
+    # the descent's own compile of each read Triton's cache: it added nothing there, and
+    # took a fraction of what the workers' compiles took
+    assert ahead.missed == 0
+    assert ahead.compile_after_s < 0.5 * ahead.worker_s

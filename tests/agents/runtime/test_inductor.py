@@ -1173,3 +1173,47 @@ def test_a_new_gpu_model_times_the_kernel_configurations_the_fleet_tuned(
     assert fleet.stats.kernel_hits == 0 and fleet.stats.kernels_likely == 1
     (run,) = own
     assert run.hardware == new.hardware and len(run.measurements) == 2
+
+
+@pytest.mark.usefixtures("without_triton")
+@pytest.mark.parametrize("ahead", [True, False])
+def test_a_descent_compiles_its_next_configurations_in_the_compile_workers(
+    make_runtime, tmp_path, ahead
+):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from torch._inductor.runtime.coordinate_descent_tuner import CoordescTuner
+
+    fleet = InductorFleet(
+        RuntimeSession(runtime=make_runtime()),
+        kernel_likely=2,
+        kernel_descend=True,
+        kernel_descend_min_us=0,
+        kernel_ahead=ahead,
+        compile_pool=ThreadPoolExecutor(2),
+    )
+    learn_nearest_kernel(fleet, make_runtime)
+    kernel = Autotuner()
+    # the kernel as inductor loads it: its function defined in the module it wrote to disk
+    path = tmp_path / "cabc.py"
+    path.write_text("def triton_red_fused_mm_0(in_ptr0, out_ptr0):\n    pass\n")
+    namespace: dict[str, Any] = {}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    kernel.fn.fn = namespace["triton_red_fused_mm_0"]
+    kernel.coordesc_tuner = CoordescTuner(
+        name="k",
+        size_hints=kernel.size_hints,
+        inductor_meta={"warp_size": 32, "max_threads_per_block": 1024},
+    )
+    kernel.speeds = {(64, 4): 0.025, (256, 8): 0.019, (128, 8): 0.012}
+    inside: list[bool] = []
+
+    def tune(tuner_self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
+        inside.append("_precompile_config" in vars(tuner_self))  # compiled through the workers
+        return tuning(kernel, (256, 8), [])(tuner_self, launcher, *args, **kwargs)
+
+    fleet.tune_kernel(tune, kernel, OWN)
+    assert inside == [ahead]
+    # the descent from 128/8 had its neighbours handed to the workers before it started
+    assert (fleet.stats.ahead.submitted > 0) is ahead
+    assert "_precompile_config" not in vars(kernel)
