@@ -22,7 +22,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -32,9 +32,12 @@ log = logging.getLogger(__name__)
 # How long the descent waits for a worker's compile before it compiles the configuration
 # itself: Triton compiles one in well under this; a worker past it is stuck or gone.
 WAIT_S = 60.0
-# What a compile worker needs of this process's environment to compile as it would: the
-# same variables inductor hands its own workers with each kernel.
-ENV_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRITON_LIBDEVICE_PATH")
+# What of this process's environment a compile worker takes on for a compile, so that it
+# compiles as this process would (the same cache key, so the descent finds it): Triton's
+# variables, and inductor's cache. A worker starts with Triton's ptxas set to torch's own
+# (`TRITON_PTXAS_PATH`), which this process sets only where it compiled a kernel itself.
+ENV_PREFIXES = ("TRITON_",)
+ENV_VARS = ("TORCHINDUCTOR_CACHE_DIR",)
 
 
 class Pool(Protocol):
@@ -67,20 +70,37 @@ def compile_config(name: str, source: str, config: Any, env: dict[str, str]) -> 
     when it tries the configuration itself.
     """
     start = time.perf_counter()
-    os.environ.update(env)
-    with suppress(ImportError):  # inductor's own workers set this first (torch 2.11 on)
-        from torch._inductor.runtime.compile_tasks import _set_triton_ptxas_path
-
-        _set_triton_ptxas_path()
     from torch._inductor.codecache import PyCodeCache
 
-    kernel = getattr(PyCodeCache.load(source), name)
-    try:
-        kernel._precompile_config(config)
-    except Exception as exc:  # the descent's own compile reports it, if it tries it
-        log.debug("%s did not compile at %s: %s", name, config, exc)
-        return None
+    with _environment(env):
+        kernel = getattr(PyCodeCache.load(source), name)
+        try:
+            kernel._precompile_config(config)
+        except Exception as exc:  # the descent's own compile reports it, if it tries it
+            log.debug("%s did not compile at %s: %s", name, config, exc)
+            return None
     return time.perf_counter() - start
+
+
+def _compile_environment() -> dict[str, str]:
+    """What of this process's environment decides how Triton compiles, and where it keeps it."""
+    return {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES) or k in ENV_VARS}
+
+
+@contextmanager
+def _environment(env: dict[str, str]) -> Iterator[None]:
+    """Take on `env` as the whole of the compile environment, then put the worker's back
+    (inductor's own compiles run in the same worker)."""
+    own = _compile_environment()
+    for k in own.keys() - env.keys():
+        del os.environ[k]
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k in env.keys() - own.keys():
+            os.environ.pop(k, None)
+        os.environ.update(own)
 
 
 def inductor_pool() -> Pool | None:
@@ -167,7 +187,7 @@ class Ahead:
         self.stats = stats
         self.wait_s = wait_s
         self.job = job
-        self.env = {v: os.environ[v] for v in ENV_VARS if v in os.environ}
+        self.env = _compile_environment()
         self._futures: dict[tuple[Any, ...], Future[Any]] = {}  # handed out, not yet waited on
         self._handed: set[tuple[Any, ...]] = set()
 

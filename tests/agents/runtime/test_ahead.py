@@ -7,6 +7,7 @@ compile, in inductor's workers on a GPU, is tested in `tests/gpu/test_runtime_co
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -191,3 +192,38 @@ def test_a_pool_that_refuses_work_leaves_the_descent_as_it_was(tmp_path):
         chosen = ahead.descend(start())
     assert config_key(chosen) == config_key(Config({"XBLOCK": 2, "R0_BLOCK": 256}, 8))
     assert stats.submitted == 0
+
+
+KERNEL_MODULE = """
+import os
+
+class Kernel:
+    seen = []
+
+    def _precompile_config(self, config):
+        if config == "too large":
+            raise RuntimeError("out of resources: shared memory")
+        Kernel.seen.append({k: v for k, v in os.environ.items() if k.startswith("TRITON_")})
+
+triton_poi_fused_add_0 = Kernel()
+"""
+
+
+def test_a_worker_compiles_in_the_compile_environment_of_the_descents_process(monkeypatch):
+    from torch._inductor.codecache import PyCodeCache
+
+    from agents.runtime.ahead import compile_config
+
+    # the worker's own: torch's ptxas, set where it started; the descent's process has none
+    monkeypatch.setenv("TRITON_PTXAS_PATH", "/torch/bin/ptxas")
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    parent = {"TRITON_CACHE_DIR": "/tmp/triton-new-host"}
+    took = compile_config("triton_poi_fused_add_0", KERNEL_MODULE, "XBLOCK=64", parent)
+    assert took is not None and took >= 0
+    kernel = PyCodeCache.load(KERNEL_MODULE).triton_poi_fused_add_0
+    assert kernel.seen[-1] == parent  # Triton saw the descent's environment, only that
+    # and the worker's own is back, for inductor's compiles that run in it next
+    assert os.environ["TRITON_PTXAS_PATH"] == "/torch/bin/ptxas"
+    assert "TRITON_CACHE_DIR" not in os.environ
+    assert compile_config("triton_poi_fused_add_0", KERNEL_MODULE, "too large", parent) is None
+    assert os.environ["TRITON_PTXAS_PATH"] == "/torch/bin/ptxas"
