@@ -1190,7 +1190,7 @@ def test_a_descent_compiles_its_next_configurations_in_the_compile_workers(
         kernel_descend=True,
         kernel_descend_min_us=0,
         kernel_ahead=ahead,
-        compile_pool=ThreadPoolExecutor(2),
+        compile_pool=(pool := ThreadPoolExecutor(2)),
     )
     learn_nearest_kernel(fleet, make_runtime)
     kernel = Autotuner()
@@ -1213,6 +1213,7 @@ def test_a_descent_compiles_its_next_configurations_in_the_compile_workers(
         return tuning(kernel, (256, 8), [])(tuner_self, launcher, *args, **kwargs)
 
     fleet.tune_kernel(tune, kernel, OWN)
+    pool.shutdown()
     assert inside == [ahead]
     # the descent from 128/8 had its neighbours handed to the workers before it started
     assert (fleet.stats.ahead.submitted > 0) is ahead
