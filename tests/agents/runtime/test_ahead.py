@@ -2,7 +2,7 @@
 
 The tuner is inductor's `CoordescTuner`, real; what runs in a compile worker here is a thread
 that records what it was handed (this CPU build has no Triton to compile with). The real
-compile, in inductor's workers on a GPU, is tested in `tests/gpu/test_runtime_compiled.py`.
+compile, in inductor's workers on a GPU, is tested in `tests/gpu/test_gpu_runtime.py`.
 """
 
 from __future__ import annotations
