@@ -9,7 +9,13 @@ about with its problem left out, and each way picks one of the problem's own can
 - `model_ranker`, `model_score`, `model_predicted_us`: the LatencyModel trained on 4 of 5
   folds of the problems (all hardware) and asked about the fifth on the same hardware;
 - `ceiling`: the best candidate of the problem that some other shape of that hardware also
-  measured (what any way of borrowing from other shapes can reach at best).
+  measured (what any way of borrowing from other shapes can reach at best);
+- `served_offered`: what the service answers an agent that offers the problem's candidates
+  (`POST /v1/priors` with `offered`: the model's ranker over them), and `served_kmeans`: what
+  it answers without an offer (the k-means family's winners, where a winner the problem did
+  not list is a probe that finds nothing), through the service's own answer function with a
+  bundle trained on the same folds;
+- `random`: 32 random orders of the problem's candidates, the mean of their shares.
 
 Prints one JSON object: the share of workloads whose pick is within 3% of the best
 (`within_3pct`), and the share within 3% once an agent has probed a way's first k picks and
@@ -32,9 +38,11 @@ from pathlib import Path
 
 import numpy as np
 
+from models.bundle import train_bundle
 from models.data_files import load_runs
 from models.dataset import TuningData, add_relative_time
-from models.estimator import LatencyModel
+from services.profiler_api.priors.answering import family_answer
+from services.profiler_api.priors.query import PriorQuery
 from tps.candidate import VENDOR_DEFAULT
 
 DATA = Path(__file__).resolve().parent / "data" / "gemm_h200_probe_runs.jsonl.gz"
@@ -101,23 +109,39 @@ def borrowed_picks(data: TuningData, ranked: dict[str, Ranked]) -> dict[str, lis
     return out
 
 
+def random_orders(rows: Ranked, draws: int = 32) -> list[Ranked]:
+    """`draws` random orders of each workload's candidates (seeded)."""
+    rng = np.random.default_rng(0)
+    return [
+        [(times, list(rng.permutation(sorted(times)))) for times, _ in rows] for _ in range(draws)
+    ]
+
+
 def model_picks(data: TuningData, ranked: dict[str, Ranked]) -> dict[str, list[bool]]:
     """The picks of the model trained without the problem (FOLDS folds of the problems)."""
     problems = sorted(data.problems)
     np.random.default_rng(0).shuffle(problems)
     out: dict[str, list[bool]] = {"model_ranker": [], "model_score": [], "model_predicted_us": []}
+    out |= {"served_offered": [], "served_kmeans": []}
     ranked |= {name: [] for name in out}
     for fold in np.array_split(problems, FOLDS):
         test = data.frame["problem_hash"].isin(set(fold))
-        model = LatencyModel(op="gemm", n_jobs=1).fit(data.subset(~test))
+        bundle = train_bundle(
+            data.subset(~test), model_params={"n_jobs": 1}, seed=0, select_policy=False
+        )
+        model = bundle.models["gemm"]
         for (hw_key, problem_hash), group in data.frame[test].groupby(["hw_key", "problem_hash"]):
             times = dict(zip(group["candidate_id"], group["median_us"].fillna(np.inf), strict=True))
             if not np.isfinite(min(times.values())):
                 continue
             candidates = [data.candidates[c] for c in group["candidate_id"]]
-            frame = model.predict_frame(
-                data.hardware[hw_key], data.problems[problem_hash], candidates
-            )
+            hardware, problem = data.hardware[hw_key], data.problems[problem_hash]
+            for name, offered in (("served_offered", candidates), ("served_kmeans", None)):
+                query = PriorQuery.of(hardware, problem, limit=len(candidates), offered=offered)
+                order = [c.candidate_id for c in family_answer(bundle, 0, query).candidates]
+                ranked[name].append((times, order))
+                out[name].append(within(times, order[0] if order else None))
+            frame = model.predict_frame(hardware, problem, candidates)
             ids = frame["candidate_id"].to_numpy()
             out["model_ranker"].append(
                 within(times, ids[np.argmax(frame["ranker_score"].to_numpy())])
@@ -141,6 +165,7 @@ def main() -> None:
     data = TuningData.from_runs(load_runs(files)).for_op("gemm")
     ranked: dict[str, Ranked] = {}
     picks = borrowed_picks(data, ranked) | model_picks(data, ranked)
+    random = random_orders(ranked["model_ranker"])
     probes = {
         f"{name}{'_with_default' if default else ''}": {
             str(k): after_probes(rows, k, default=default) for k in PROBES
@@ -148,6 +173,11 @@ def main() -> None:
         for name, rows in ranked.items()
         for default in (False, True)
     }
+    for default in (False, True):
+        probes[f"random{'_with_default' if default else ''}"] = {
+            str(k): round(float(np.mean([after_probes(r, k, default=default) for r in random])), 3)
+            for k in PROBES
+        }
     print(
         json.dumps(
             {

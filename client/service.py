@@ -13,6 +13,7 @@ import httpx
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from client.errors import BadAnswer, ClientError, JobTimeout, error_for, transport_error
+from tps.candidate import Candidate
 from tps.hardware import HardwareSpec
 from tps.problem import ProblemKey
 from tps.schemas import (
@@ -174,12 +175,19 @@ class ServiceClient:
         *,
         limit: int = 8,
         timeout: float | None = None,
+        offered: Sequence[Candidate] | None = None,
     ) -> Prior:
-        """Return the ranked candidates for `problem` on `hardware`."""
-        request = PriorRequest(hardware=hardware, problem=problem, limit=limit)
-        response = self.request(
-            "POST", "/v1/priors", content=request.model_dump_json(), headers=JSON, timeout=timeout
+        """Return the ranked candidates for `problem` on `hardware`; with `offered`, among
+        those only (the candidates this host can run for it)."""
+        request = PriorRequest(
+            hardware=hardware,
+            problem=problem,
+            limit=limit,
+            offered=list(offered) if offered is not None else None,
         )
+        # without an offer, the body an older service takes too
+        body = request.model_dump_json(exclude={"offered"} if offered is None else None)
+        response = self.request("POST", "/v1/priors", content=body, headers=JSON, timeout=timeout)
         return self._parse(Prior, response)
 
     def prior_by_ids(self, hardware_id: str, problem_hash: str, *, limit: int = 8) -> Prior:

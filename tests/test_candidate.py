@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import threading
 
+import pytest
+from pydantic import ValidationError
+
 from tps.candidate import Candidate, candidate_id
 
 
@@ -47,3 +50,11 @@ def test_threads_reading_one_id_at_once_all_get_it() -> None:
     for thread in threads:
         thread.join()
     assert seen == [candidate_id("rocblas", {"solution": 4711})] * 8
+
+
+def test_a_param_past_a_bigint_is_refused_however_it_is_written() -> None:
+    for text in ("-9223372036854776001", "9223372036854775808", "-9.3e18", "1e19"):
+        with pytest.raises(ValidationError):
+            Candidate.model_validate_json(f'{{"backend": "b", "params": {{"x": {text}}}}}')
+    edge = Candidate.model_validate_json('{"backend": "b", "params": {"x": -9223372036854775808}}')
+    assert edge.params["x"] == -(2**63) and isinstance(edge.params["x"], int)

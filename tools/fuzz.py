@@ -33,6 +33,7 @@ expected-statuses = ["400", "401", "403", "404", "405", "406", "409", "413", "41
 CROSS_FIELD_RULES = (
     "is not among the measurements",  # winner_id names a measured candidate
     "is smaller than the row length",  # a GEMM leading dimension
+    "is listed twice",  # a candidate offered twice with a prior request
 )
 _ST202_DETAIL = re.compile(r"- ST202 .*?\[422\][^`]*`(\{.*?\})`", re.S)
 

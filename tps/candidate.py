@@ -12,7 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from tps.bounds import BIGINT_MAX, NO_NUL, Key
 
 MAX_PARAMS = 64
-PARAM_FLOAT_MAX = 2.0**63
+# Under 2**63 with room to spare: a JSON integer just past a bigint rounds to a float of
+# exactly -2**63, which a bound of 2**63 would let through as a float.
+PARAM_FLOAT_MAX = 1e18
 
 
 # Strict: "5" stays a string and 5 an int, as the id hashes types. Ints fit a bigint; a

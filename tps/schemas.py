@@ -17,6 +17,8 @@ MAX_BATCH_RUNS = 1000
 MAX_MEASUREMENTS_PER_RUN = 20000
 MAX_ERROR_CHARS = 2000
 MAX_PRIOR_IDS = 256
+# The candidates a host may offer with a prior request: what its providers plan for one problem.
+MAX_OFFERED = 1024
 # Upper bounds of plausible values: a microsecond latency of 10^12 is eleven days.
 MAX_US = 1e12
 MAX_MS = 1e9
@@ -151,11 +153,28 @@ PriorSource = Literal["observed", "model", "family", "nearest"]
 
 
 class PriorRequest(Strict):
-    """Ask for ranked candidates for a problem on a piece of hardware."""
+    """Ask for ranked candidates for a problem on a piece of hardware.
+
+    `offered`: the candidates this host can run for the problem (what its providers plan,
+    cuBLASLt's heuristic list among them). The answer then ranks only these: a shape the
+    fleet never measured gets the model's order of the host's own list, not other shapes'
+    winners that the host may not be able to run.
+    """
 
     hardware: HardwareSpec
     problem: ProblemKey
     limit: Annotated[int, NotText] = Field(default=8, ge=1, le=256)
+    offered: list[Candidate] | None = Field(default=None, min_length=1, max_length=MAX_OFFERED)
+
+    @model_validator(mode="after")
+    def _offered_once(self) -> PriorRequest:
+        if self.offered is not None:
+            seen: set[str] = set()
+            for candidate in self.offered:
+                if candidate.id in seen:
+                    raise ValueError(f"offered: candidate {preview(candidate.id)} is listed twice")
+                seen.add(candidate.id)
+        return self
 
 
 class PriorCandidate(Strict):

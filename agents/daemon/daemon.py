@@ -14,10 +14,10 @@ from agents.daemon.metrics import AgentMetrics
 from agents.daemon.pusher import Pusher
 from agents.daemon.spool import Spool
 from agents.daemon.warmstart import PriorsClient, prior_use, shortlist
-from tps.candidate import Candidate
+from tps.candidate import VENDOR_DEFAULT, Candidate
 from tps.hardware import HardwareSpec
 from tps.problem import ProblemKey
-from tps.schemas import Prior, ProbeRun
+from tps.schemas import MAX_OFFERED, Prior, ProbeRun
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,11 @@ class Prober(Protocol):
     def hardware(self) -> HardwareSpec: ...
 
     def probe(
-        self, problem: ProblemKey, *, only: Sequence[Candidate] | None = None
+        self,
+        problem: ProblemKey,
+        *,
+        only: Sequence[Candidate] | None = None,
+        steer: Callable[[list[Candidate]], Sequence[Candidate] | None] | None = None,
     ) -> ProbeRun: ...
 
 
@@ -85,19 +89,42 @@ class AgentDaemon:
     # -- one problem -------------------------------------------------------------------------
 
     def probe_problem(self, problem: ProblemKey, hardware: HardwareSpec) -> ProbeRun:
-        """Probe one problem: the prior's shortlist plus vendor-default, or everything."""
-        prior = self._fetch_prior(hardware, problem)
-        if prior is None or not prior.candidates:
+        """Probe one problem: the prior's shortlist plus vendor-default, or everything.
+
+        The prior is asked once the engine has planned the problem's shortlist, and ranks
+        that shortlist: what this host's providers can run for it.
+        """
+        if self.priors is None:
             return self.engine.probe(problem)
-        tried = shortlist(prior, top_k=self.priors.top_k if self.priors else len(prior.candidates))
-        run = self.engine.probe(problem, only=tried)
+        steered: list[tuple[Prior, list[Candidate]]] = []
+
+        def steer(offered: list[Candidate]) -> list[Candidate] | None:
+            prior = self._fetch_prior(hardware, problem, offered)
+            if prior is None or not prior.candidates:
+                return None
+            ids = {c.id for c in offered} | {VENDOR_DEFAULT.id}  # the default: always timed
+            ranked = [c for c in shortlist(prior, top_k=len(prior.candidates)) if c.id in ids]
+            tried = ranked[: self.priors.top_k if self.priors else len(ranked)]
+            if not tried:
+                return None
+            steered.append((prior, tried))
+            return tried
+
+        run = self.engine.probe(problem, steer=steer)
+        if not steered:
+            return run
+        prior, tried = steered[0]
         return run.model_copy(update={"priors": prior_use(prior, tried, run)})
 
-    def _fetch_prior(self, hardware: HardwareSpec, problem: ProblemKey) -> Prior | None:
+    def _fetch_prior(
+        self, hardware: HardwareSpec, problem: ProblemKey, offered: list[Candidate]
+    ) -> Prior | None:
         if self.priors is None:
             return None
+        if not offered:  # nothing planned beside the default: no prior to ask
+            return None
         try:
-            prior = self.priors.fetch(hardware, problem)
+            prior = self.priors.fetch(hardware, problem, offered=offered[:MAX_OFFERED])
         except PriorsError as exc:
             self.metrics.priors.labels(outcome="unavailable").inc()
             log.debug("full probe of %s: %s", problem.canonical(), exc)

@@ -27,10 +27,19 @@ class PriorsClient:
         self.timeout_s = timeout_s
         self.top_k = top_k
 
-    def fetch(self, hardware: HardwareSpec, problem: ProblemKey) -> Prior:
-        """Return the service's prior for (hardware, problem); raise PriorsError on any failure."""
+    def fetch(
+        self,
+        hardware: HardwareSpec,
+        problem: ProblemKey,
+        *,
+        offered: Sequence[Candidate] | None = None,
+    ) -> Prior:
+        """Return the service's prior for (hardware, problem), among `offered` where given;
+        raise PriorsError on any failure."""
         try:
-            return self.service.prior(hardware, problem, limit=self.top_k, timeout=self.timeout_s)
+            return self.service.prior(
+                hardware, problem, limit=self.top_k, timeout=self.timeout_s, offered=offered
+            )
         except ServiceTimeout as exc:
             raise PriorsError(f"no priors within {self.timeout_s * 1000:.0f} ms") from exc
         except ClientError as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import statistics
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,8 @@ from tps.problem import ProblemKey
 from tps.schemas import Measurement, ProbeRun, Telemetry
 
 log = logging.getLogger("agents.probe")
+# Shown a problem's shortlist, returns the candidates to time (in order), or None for all.
+Steer = Callable[[list[Candidate]], Sequence[Candidate] | None]
 
 
 def _agent_version() -> str | None:
@@ -100,8 +102,18 @@ class ProbeEngine:
         return self.hardware_
 
     # -- probing --------------------------------------------------------------------------
-    def probe(self, problem: ProblemKey, *, only: Sequence[Candidate] | None = None) -> ProbeRun:
-        """Probe one problem: all shortlisted candidates, or `only` these plus the default."""
+    def probe(
+        self,
+        problem: ProblemKey,
+        *,
+        only: Sequence[Candidate] | None = None,
+        steer: Steer | None = None,
+    ) -> ProbeRun:
+        """Probe one problem: all shortlisted candidates, or `only` these plus the default.
+
+        `steer` is shown the shortlist (what the providers offer for this problem, the
+        default aside) and may return the ones to time, in order; None times them all.
+        """
         if not self.op_config.enabled(problem.op) and only is None:
             raise UnsupportedProblemError(f"op {problem.op!r} is not enabled in the op config")
         op = OP_KINDS.create(problem.op)
@@ -120,6 +132,8 @@ class ProbeEngine:
         times.operands_ms = elapsed_ms(self.clock, start)
 
         slots = self._shortlist(problem, only, operands, times)
+        if steer is not None and only is None:
+            slots = _steered(slots, steer)
         self._prepare(problem, hardware, operands, op, slots, times)
         if self.settings.cold_cache:
             self._rotate(problem, hardware, operands, op, slots, times)
@@ -347,6 +361,16 @@ class ProbeEngine:
             rationale=(rationale + " | " + times.line())[:4000],
             agent_version=_agent_version(),
         )
+
+
+def _steered(slots: list[_Slot], steer: Steer) -> list[_Slot]:
+    """The default's slot and the planned slots `steer` picks, in its order (all without)."""
+    planned = {slot.candidate.id: slot for slot in slots[1:]}
+    picked = steer([slot.candidate for slot in slots[1:]])
+    if picked is None:
+        return slots
+    chosen = [planned.pop(c.id) for c in picked if c.id in planned]
+    return [slots[0], *chosen]
 
 
 def _measurement(slot: _Slot) -> Measurement:

@@ -36,6 +36,7 @@ from models.bundle import ArtifactError, ModelBundle
 from models.families import shape_vector
 from services.profiler_api.priors.query import PriorQuery
 from tps.candidate import Candidate
+from tps.problem import ProblemKey
 from tps.schemas import Prior, PriorCandidate, PriorSource
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,11 @@ FAMILY_CONFIDENCE = 0.5
 FAMILY_RATIONALE = (
     "ordered by the measured winners of the problem's shape family (k-means on its dims, "
     "this hardware's own measurements first); predicted_us is the {op} model's estimate"
+)
+OFFERED_RATIONALE = (
+    "ordered by the {op} model's ranking of the {n} candidates this host offered, for a "
+    "problem the fleet has not measured (its ranker finds a near-best candidate in fewer "
+    "probes than sorting by predicted_us, its latency estimate)"
 )
 # A process that has not answered in this long is given up on; the API process answers.
 ANSWER_TIMEOUT_S = 30.0
@@ -86,7 +92,8 @@ def model_answer(bundle: ModelBundle, version: int, query: PriorQuery) -> Prior:
         return query.empty(
             f"model v{version} never saw {query.problem.canonical()} (family answers)"
         )
-    ranked = model_priors.rank(bundle, query.hardware, query.problem, limit=query.limit)
+    offered = list(query.offered) if query.offered is not None else None
+    ranked = model_priors.rank(bundle, query.hardware, query.problem, offered, limit=query.limit)
     return _prior(
         query,
         [(r.candidate, r.predicted_us, r.source, r.confidence) for r in ranked],
@@ -95,19 +102,15 @@ def model_answer(bundle: ModelBundle, version: int, query: PriorQuery) -> Prior:
 
 
 def family_answer(bundle: ModelBundle, version: int, query: PriorQuery) -> Prior:
-    """Rank a never-measured problem by its shape family's winners."""
+    """Rank a never-measured problem: the host's offered candidates by the model's ranker,
+    or without an offer, its shape family's winners."""
     problem = query.problem
+    if query.offered is not None:
+        return offered_answer(bundle, query)
     winners = model_priors.family_winners(bundle, query.hardware, problem, k=query.limit)
     if not winners:
         return query.empty(f"model v{version}: no family winners for {problem.op!r}")
-    families = bundle.families[problem.op]
-    distance = float(
-        np.min(
-            np.linalg.norm(families.centers_ - shape_vector(problem, families.dim_names_), axis=1)
-        )
-    )
-    # Far from every family centre, the family says less about this shape.
-    confidence = round(FAMILY_CONFIDENCE * math.exp(-distance / 4.0), 4)
+    confidence = _family_confidence(bundle, problem)
     predicted = bundle.models[problem.op].predict_frame(query.hardware, problem, winners)
     entries: list[tuple[Candidate, float | None, PriorSource, float]] = [
         (c, float(us) if np.isfinite(us) else None, "family", confidence)
@@ -118,6 +121,44 @@ def family_answer(bundle: ModelBundle, version: int, query: PriorQuery) -> Prior
         for a, b in zip(entries, entries[1:], strict=False)
     )
     why = None if ordered else FAMILY_RATIONALE.format(op=problem.op)
+    return _prior(query, entries, why)
+
+
+def _family_confidence(bundle: ModelBundle, problem: ProblemKey) -> float:
+    """Far from every shape family's centre, what other shapes measured says less."""
+    families = bundle.families[problem.op]
+    distance = float(
+        np.min(
+            np.linalg.norm(families.centers_ - shape_vector(problem, families.dim_names_), axis=1)
+        )
+    )
+    return round(FAMILY_CONFIDENCE * math.exp(-distance / 4.0), 4)
+
+
+def offered_answer(bundle: ModelBundle, query: PriorQuery) -> Prior:
+    """Rank the candidates a host offered for a problem never measured, by the model's ranker.
+
+    Other shapes' winners are often not in the host's list at all (cuBLASLt's heuristic offers
+    other algorithms for each shape); the model's order of the host's own list is within 3%
+    of the best in fewer probes (BENCHMARKS.md, shape families).
+    """
+    problem, offered = query.problem, list(query.offered or ())
+    frame = bundle.models[problem.op].predict_frame(query.hardware, problem, offered)
+    order = np.argsort(-frame["ranker_score"].to_numpy(), kind="stable")[: query.limit]
+    predicted = frame["predicted_us"].to_numpy()
+    confidence = _family_confidence(bundle, problem)
+    entries: list[tuple[Candidate, float | None, PriorSource, float]] = [
+        (
+            offered[i],
+            float(predicted[i]) if np.isfinite(predicted[i]) else None,
+            "family",
+            confidence,
+        )
+        for i in order
+    ]
+    served = [predicted[i] for i in order]
+    ordered = all(a <= b for a, b in zip(served, served[1:], strict=False))
+    why = None if ordered else OFFERED_RATIONALE.format(op=problem.op, n=len(offered))
     return _prior(query, entries, why)
 
 

@@ -101,7 +101,13 @@ class _ActiveModelBackend:
         loaded = self._loaded(session, query)
         if isinstance(loaded, Prior):
             return loaded
-        key = (loaded.version, query.hardware_fingerprint, query.problem_hash, query.limit)
+        key = (
+            loaded.version,
+            query.hardware_fingerprint,
+            query.problem_hash,
+            query.limit,
+            query.offered_key,
+        )
         return self.memo.get(key, lambda: self._answer(loaded, query))
 
     def _answer(self, loaded: LoadedModel, query: PriorQuery) -> Prior:

@@ -73,9 +73,10 @@ async def post_priors(
     sessions: ReadSessionsDep,
     metrics: MetricsDep,
 ) -> Response:
-    """Rank candidates for a problem on hardware given by its full spec (new hardware too)."""
-    query = PriorQuery.of(body.hardware, body.problem, limit=body.limit)
-    key = ("spec", query.hardware_fingerprint, query.problem_hash, query.limit)
+    """Rank candidates for a problem on hardware given by its full spec (new hardware too);
+    with `offered`, among the candidates the host can run."""
+    query = PriorQuery.of(body.hardware, body.problem, limit=body.limit, offered=body.offered)
+    key = ("spec", query.hardware_fingerprint, query.problem_hash, query.limit, query.offered_key)
     answer = priors.cached(key)
     if answer is None:
         answer = await priors.answer_once(

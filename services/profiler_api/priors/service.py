@@ -107,12 +107,13 @@ class PriorService:
         """Return ranked candidates for `query`, or an empty prior with every source's reason.
 
         With `only`, ask just the sources of those names (a warm start wants measurements).
+        With candidates offered, a source's answer keeps only those.
         """
         reasons = []
         for source in self.sources:
             if only is not None and source.name not in only:
                 continue
-            prior = source.rank(session, query)
+            prior = query.among_offered(source.rank(session, query))
             if prior.candidates:
                 return prior
             reasons.append(f"{source.name}: {prior.reason}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -57,11 +57,21 @@ class ListEngine:
 
     def __init__(self) -> None:
         self.probed: list[tuple[ProblemKey, list[str] | None]] = []
+        self.offered: list[list[str]] = []  # what each steered probe showed its steer
 
     def hardware(self) -> HardwareSpec:
         return CPU
 
-    def probe(self, problem: ProblemKey, *, only: Sequence[Candidate] | None = None) -> ProbeRun:
+    def probe(
+        self,
+        problem: ProblemKey,
+        *,
+        only: Sequence[Candidate] | None = None,
+        steer: Callable[[list[Candidate]], Sequence[Candidate] | None] | None = None,
+    ) -> ProbeRun:
+        if only is None and steer is not None:
+            self.offered.append([c.id for c in TILES])
+            only = steer(list(TILES))  # the tiles are the whole shortlist here
         self.probed.append((problem, None if only is None else [c.id for c in only]))
         pool = [VENDOR_DEFAULT, *TILES]
         if only is not None:

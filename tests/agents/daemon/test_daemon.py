@@ -21,7 +21,7 @@ from agents.daemon.status import read_status
 from agents.daemon.warmstart import PriorsClient
 from agents.daemon.workloads import WorkloadSources
 from tests.agents.daemon.conftest import CPU, TILES, DictCache, ListEngine, gemm
-from tps.candidate import VENDOR_DEFAULT
+from tps.candidate import VENDOR_DEFAULT, Candidate
 from tps.problem import ProblemKey
 from tps.schemas import Prior, PriorCandidate
 
@@ -32,10 +32,12 @@ class Service:
     def __init__(self, priors: dict[str, Prior] | None = None) -> None:
         self.priors = priors or {}
         self.stored: list[str] = []
+        self.asked: list[dict] = []  # the bodies of the priors requests
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         if request.url.path == "/v1/priors":
             body = json.loads(request.content)
+            self.asked.append(body)
             canonical = ProblemKey.model_validate(body["problem"]).canonical()
             prior = self.priors.get(canonical) or Prior(
                 hardware_fingerprint="x", problem_hash="y", canonical=canonical
@@ -133,6 +135,38 @@ def test_priors_shortlist_the_probe_and_are_recorded(tmp_path: Path) -> None:
     assert not runs[1].priors.used
 
 
+def test_the_prior_is_asked_with_the_planned_shortlist_and_ranks_only_it(tmp_path: Path) -> None:
+    # A prior that leads with a candidate this host never planned (another shape's winner).
+    stranger = Candidate(backend="cpu-test", params={"tile": 48})
+    prior = _prior_for(1)
+    prior = prior.model_copy(
+        update={
+            "candidates": [
+                PriorCandidate(
+                    candidate_id=stranger.id,
+                    candidate=stranger,
+                    rank=0,
+                    source="family",
+                    confidence=0.4,
+                ),
+                *[c.model_copy(update={"rank": c.rank + 1}) for c in prior.candidates],
+            ]
+        }
+    )
+    service = Service(priors={gemm(1).canonical(): prior})
+    runs = []
+    daemon = make_daemon(tmp_path, service, [(1, 64, 64)], on_run=runs.append)
+
+    daemon.run(threading.Event(), once=True)
+
+    (asked,) = service.asked
+    assert [Candidate.model_validate(c).id for c in asked["offered"]] == [c.id for c in TILES]
+    assert daemon.engine.offered == [[c.id for c in TILES]]
+    ((_, only),) = daemon.engine.probed
+    assert only == [TILES[0].id, TILES[2].id]  # the stranger skipped, top_k=2 of the rest
+    assert runs[0].priors.candidate_ids == only
+
+
 def test_slow_priors_time_out_fast() -> None:
     # A listener that never answers: the client must give up at its deadline.
     with socket.socket() as server:
@@ -165,10 +199,10 @@ class StoppingEngine(ListEngine):
         super().__init__()
         self.stop = stop
 
-    def probe(self, problem, *, only=None):
+    def probe(self, problem, *, only=None, steer=None):
         if len(self.probed) == 1:
             self.stop.set()
-        return super().probe(problem, only=only)
+        return super().probe(problem, only=only, steer=steer)
 
 
 def test_stop_lets_the_probe_in_flight_finish_and_keeps_the_spool_consistent(

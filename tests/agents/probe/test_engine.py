@@ -57,6 +57,24 @@ def test_only_probes_the_given_candidates_plus_the_default(engine):
     assert "not available" in run.measurements[2].error
 
 
+def test_steer_sees_the_shortlist_and_picks_what_is_timed(engine):
+    shown: list[list[Candidate]] = []
+    stranger = Candidate(backend="cpu-torch", params={"threads": 99})
+
+    def steer(offered):
+        shown.append(offered)
+        return [stranger, offered[-1]]  # one never planned: not timed
+
+    run = engine.probe(gemm(), steer=steer)
+    (offered,) = shown
+    assert VENDOR_DEFAULT not in offered and len(offered) >= 2
+    assert [m.candidate for m in run.measurements] == [VENDOR_DEFAULT, offered[-1]]
+    assert all(m.valid for m in run.measurements)
+
+    full = engine.probe(gemm(), steer=lambda offered: None)
+    assert [m.candidate for m in full.measurements] == [VENDOR_DEFAULT, *offered]
+
+
 def test_candidate_budget_comes_from_the_op_config(tmp_path):
     run = cpu_engine(tmp_path, candidates=2).probe(gemm())
     assert len(run.measurements) == 3  # the default plus two

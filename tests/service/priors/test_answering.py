@@ -284,3 +284,62 @@ def test_auto_counts_the_cpus_the_replica_may_use(monkeypatch: pytest.MonkeyPatc
     assert auto.answer_processes() == settings_module.AUTO_ANSWER_PROCESSES
     monkeypatch.setattr(joblib, "cpu_count", lambda: 2)  # a container limited to 2 CPUs
     assert auto.answer_processes() == 0
+
+
+def test_an_offer_is_ranked_alone_for_a_problem_measured_or_never_measured(
+    runs: list[ProbeRun], bundles: list[tuple[ModelBundle, bytes]]
+) -> None:
+    bundle, _ = bundles[0]
+    measured = runs[0].problem
+    unseen = measured.model_copy(update={"dims": {"x": 1024, "y": 512}})
+    universe = [m.candidate for m in runs[0].measurements]
+    # what this host offers: a third of the universe and a candidate no GPU ever measured
+    never = universe[0].model_copy(update={"params": {**universe[0].params, "tile_size": 16}})
+    offered = [*universe[::3], never]
+    ids = {c.id for c in offered}
+    for problem, answer in ((measured, model_answer), (unseen, family_answer)):
+        query = PriorQuery.of(resolve("MI300X"), problem, limit=5, offered=offered)
+        prior = answer(bundle, 1, query)
+        assert len(prior.candidates) == 5 and {c.candidate_id for c in prior.candidates} <= ids
+        assert [c.rank for c in prior.candidates] == list(range(5))
+        without = answer(bundle, 1, PriorQuery.of(resolve("MI300X"), problem, limit=5))
+        assert without.candidates and query.offered_key is not None
+    # never measured: the model's ranker orders the whole offer, the family's winners leave it
+    family = family_answer(bundle, 1, PriorQuery.of(resolve("MI300X"), unseen, limit=5))
+    assert not {c.candidate_id for c in family.candidates} <= ids
+    assert prior.source == "family" and prior.candidates[0].confidence > 0
+    full = family_answer(
+        bundle, 1, PriorQuery.of(resolve("MI300X"), unseen, limit=len(offered), offered=offered)
+    )
+    scores = bundle.models[unseen.op].predict_frame(resolve("MI300X"), unseen, offered)
+    by_id = dict(zip(scores["candidate_id"], scores["ranker_score"], strict=True))
+    ranked = [by_id[c.candidate_id] for c in full.candidates]
+    assert ranked == sorted(ranked, reverse=True) and len(full.candidates) == len(offered)
+
+
+def test_an_offer_keeps_a_sources_answer_to_the_offered_candidates(runs: list[ProbeRun]) -> None:
+    from tps.schemas import Prior, PriorCandidate
+
+    universe = [m.candidate for m in runs[0].measurements][:6]
+    query = PriorQuery.of(resolve("MI300X"), runs[0].problem, limit=6, offered=universe[3:])
+    prior = Prior(
+        hardware_fingerprint=query.hardware_fingerprint,
+        problem_hash=query.problem_hash,
+        canonical="",
+        source="observed",
+        candidates=[
+            PriorCandidate(candidate_id=c.id, candidate=c, rank=i, source="observed", confidence=1)
+            for i, c in enumerate(universe)
+        ],
+    )
+    kept = query.among_offered(prior)
+    assert [c.candidate_id for c in kept.candidates] == [c.id for c in universe[3:]]
+    assert [c.rank for c in kept.candidates] == [0, 1, 2]
+    none = PriorQuery.of(resolve("MI300X"), runs[0].problem, offered=[universe[0]]).among_offered(
+        prior.model_copy(update={"candidates": prior.candidates[1:]})
+    )
+    assert not none.candidates and "none of its 5 candidates is among the 1 offered" in none.reason
+    # the same offer in another order is the same question
+    again = PriorQuery.of(resolve("MI300X"), runs[0].problem, offered=universe[3:][::-1])
+    assert again.offered_key == query.offered_key
+    assert PriorQuery.of(resolve("MI300X"), runs[0].problem).offered_key is None

@@ -107,3 +107,28 @@ def test_new_hardware_gets_an_empty_prior_by_spec_and_404_by_id(live_service: Li
     assert posted.status_code == 200 and posted.json()["candidates"] == []
     assert got.status_code == 404
     assert "hardware_id" in got.json()["detail"]
+
+
+def test_an_offer_keeps_the_answer_to_what_the_host_can_run(live_service: LiveService) -> None:
+    hardware, problem = hardware_spec(), unique_problem()
+    fast, mid, slow = cublaslt(1), VENDOR_DEFAULT, cublaslt(2)
+    latencies = [(fast, 50.0), (mid, 80.0), (slow, 200.0)]
+    _push(live_service, [probe_run(hardware=hardware, problem=problem, latencies=latencies)])
+    body = {
+        "hardware": hardware.model_dump(mode="json"),
+        "problem": problem.model_dump(mode="json"),
+    }
+    offer = [c.model_dump(mode="json") for c in (slow, mid)]
+    with live_service.client() as client:
+        whole = Prior.model_validate(client.post("/v1/priors", json=body).json())
+        offered = client.post("/v1/priors", json={**body, "offered": offer})
+        twice = client.post("/v1/priors", json={**body, "offered": [offer[0], offer[0]]})
+        empty = client.post("/v1/priors", json={**body, "offered": []})
+        many = client.post("/v1/priors", json={**body, "offered": [offer[0]] * 1025})
+    assert [c.candidate_id for c in whole.candidates] == [fast.id, mid.id, slow.id]
+    prior = Prior.model_validate(offered.json())  # not the cached answer to the whole question
+    assert [c.candidate_id for c in prior.candidates] == [mid.id, slow.id]
+    assert [c.rank for c in prior.candidates] == [0, 1] and prior.source == "observed"
+    assert twice.status_code == 422 and "is listed twice" in twice.text
+    assert empty.status_code == 422 and "offered" in empty.text
+    assert many.status_code == 422 and "offered" in many.text
