@@ -96,6 +96,7 @@ class AgentDaemon:
         """
         if self.priors is None:
             return self.engine.probe(problem)
+        top_k = self.priors.top_k
         steered: list[tuple[Prior, list[Candidate]]] = []
 
         def steer(offered: list[Candidate]) -> list[Candidate] | None:
@@ -104,7 +105,7 @@ class AgentDaemon:
                 return None
             ids = {c.id for c in offered} | {VENDOR_DEFAULT.id}  # the default: always timed
             ranked = [c for c in shortlist(prior, top_k=len(prior.candidates)) if c.id in ids]
-            tried = ranked[: self.priors.top_k if self.priors else len(ranked)]
+            tried = ranked[:top_k]
             if not tried:
                 return None
             steered.append((prior, tried))
